@@ -1,0 +1,27 @@
+"""MSK-triggered ingest Lambda: records -> buffer, partial batch failures for offset safety."""
+
+from functools import cache
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+
+from consolidator.services.ingest import IngestService, build_ingest_service
+from consolidator.settings import IngestSettings, load_settings
+
+logger = Logger(service="consolidator-ingest")
+metrics = Metrics(namespace="Consolidator", service="ingest")
+tracer = Tracer(service="consolidator-ingest")
+copy_config_to_registered_loggers(source_logger=logger)
+
+
+@cache
+def service() -> IngestService:
+    """Built on the first invocation (settings validated then), reused while the container lives."""
+    return build_ingest_service(load_settings(IngestSettings), metrics)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict, context) -> dict:
+    return service().handle_msk_event(event)

@@ -1,0 +1,89 @@
+"""Batch message version 1: aggregation and the deterministic ``batch_id``.
+
+``batch_id`` is a function of the group key and the members' source positions only, so
+every engine, every retry and every replay of the same claim yields the same id.
+The JSON Schema is ``schemas/batch-v1.schema.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+
+from consolidator.events import SourcePosition
+from consolidator.policy import FlushReason
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One buffered row of a batch: the newest event for an item, and how many events it holds."""
+
+    position: SourcePosition
+    item_id: str
+    items: tuple[tuple[str, int], ...]
+    first_seen_ms: int
+    last_update_ms: int
+    merged_events: int = 1
+
+    def order_key(self) -> tuple:
+        return (self.first_seen_ms, self.position.sort_key())
+
+
+def batch_id(group_key: str, positions: Iterable[SourcePosition]) -> str:
+    """128-bit hex id from the group key and the sorted member positions."""
+    digest = hashlib.sha256(f"consolidator-batch-v1\n{group_key}\n".encode())
+    for position in sorted(positions):
+        digest.update(f"{position.topic}\t{position.partition}\t{position.offset}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+def iso_ms(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def build_message(
+    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int
+) -> dict:
+    """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
+    position's items count; quantities are summed per sku across items."""
+    if not members:
+        raise ValueError("a batch needs at least one member")
+    newest_per_item: dict[str, Member] = {}
+    for member in members:
+        current = newest_per_item.get(member.item_id)
+        if current is None or member.position > current.position:
+            newest_per_item[member.item_id] = member
+    quantities: dict[str, int] = {}
+    for member in newest_per_item.values():
+        for sku, quantity in member.items:
+            quantities[sku] = quantities.get(sku, 0) + quantity
+    positions = sorted(m.position for m in members)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "batch_id": batch_id(group_key, positions),
+        "group_key": group_key,
+        "flush_reason": str(reason),
+        "item_ids": sorted(newest_per_item),
+        "items": [{"sku": sku, "quantity": quantities[sku]} for sku in sorted(quantities)],
+        "item_count": len(newest_per_item),
+        "event_count": sum(m.merged_events for m in members),
+        "first_event_at": iso_ms(min(m.first_seen_ms for m in members)),
+        "last_event_at": iso_ms(max(m.last_update_ms for m in members)),
+        "flushed_at": iso_ms(flushed_at_ms),
+        "members": [p.as_dict() for p in positions],
+    }
+
+
+def encode(message: dict) -> bytes:
+    """Canonical JSON bytes (sorted keys, no spaces): equal messages give equal bytes."""
+    return json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def load_schema() -> dict:
+    return json.loads(resources.files("consolidator.schemas").joinpath("batch-v1.schema.json").read_text())

@@ -1,0 +1,25 @@
+"""The project's own exceptions. Services never see driver (pymysql, redis, boto3) types."""
+
+
+class ConsolidatorError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigurationError(ConsolidatorError):
+    """Settings are missing or malformed; the message names each variable."""
+
+
+class StoreError(ConsolidatorError):
+    """A statement failed (bad data, constraint, deadlock). Other records may still succeed."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached; nothing was written by the failing call."""
+
+
+class DeliveryError(ConsolidatorError):
+    """A sink or dead-letter destination did not confirm a write."""
+
+
+class LockUnavailable(ConsolidatorError):
+    """The lock backend (Redis) cannot be reached."""
