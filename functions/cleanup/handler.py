@@ -1,0 +1,29 @@
+"""Scheduled cleanup Lambda: monthly partitions ready ahead, fully sent old ones dropped."""
+
+from functools import cache
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+
+from consolidator.services.cleanup import CleanupService, build_cleanup_service
+from consolidator.settings import CleanupSettings, load_settings
+
+logger = Logger(service="consolidator-cleanup")
+metrics = Metrics(namespace="Consolidator", service="cleanup")
+tracer = Tracer(service="consolidator-cleanup")
+copy_config_to_registered_loggers(source_logger=logger)
+
+
+@cache
+def service() -> CleanupService:
+    """Built on the first invocation (settings validated then), reused while the container lives."""
+    return build_cleanup_service(load_settings(CleanupSettings), metrics)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict, context) -> dict:
+    report = service().run()
+    logger.info("cleanup finished", extra={"report": report.as_dict()})
+    return report.as_dict()

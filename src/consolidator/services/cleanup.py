@@ -1,0 +1,123 @@
+"""Cleanup use case: monthly partitions ready ahead of time, old ones dropped when fully sent.
+
+Guarantees:
+- every month from the clock's month through ``partitions_ahead`` months later has its own
+  partition after a run (the MAXVALUE partition is split; it is never dropped);
+- a partition is dropped only when all of its months are older than ``retention_months``
+  before the clock's month AND no row in it is PENDING or CLAIMED (checked and dropped under
+  a table write lock by the store), so a drop never loses an unsent row;
+- a refused drop is reported with the number of unsent rows that blocked it;
+- idempotent: a second run at the same time creates and drops nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from consolidator.clock import Clock
+from consolidator.services.ingest import MetricsRecorder, NoMetrics
+from consolidator.store.mysql import MySQLStore, PartitionInfo, bucket_at
+
+
+@dataclass(frozen=True)
+class RefusedDrop:
+    partition: str
+    unsent_rows: int
+
+
+@dataclass
+class CleanupReport:
+    month: int  # the clock's month (YYYYMM)
+    ensured_through: int  # last month that has its own partition now
+    keep_from: int  # partitions holding only months before this one are drop candidates
+    created: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    refused: list[RefusedDrop] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.dropped)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def months_after(bucket: int, months: int) -> int:
+    """``bucket`` (YYYYMM) moved ``months`` forward (negative: backward)."""
+    year, month = divmod(bucket, 100)
+    index = year * 12 + (month - 1) + months
+    return (index // 12) * 100 + index % 12 + 1
+
+
+def expired(partition: PartitionInfo, keep_from: int) -> bool:
+    """True when every month the partition can hold is before ``keep_from``."""
+    return partition.less_than is not None and partition.less_than <= keep_from
+
+
+@dataclass
+class CleanupService:
+    store: MySQLStore
+    clock: Clock
+    retention_months: int = 3
+    partitions_ahead: int = 3
+    metrics: MetricsRecorder = field(default_factory=NoMetrics)
+
+    def __post_init__(self) -> None:
+        if self.retention_months < 1 or self.partitions_ahead < 1:
+            raise ValueError("retention_months and partitions_ahead must be at least 1")
+
+    def plan(self) -> CleanupReport:
+        """The months this run works with, nothing changed."""
+        month = bucket_at(self.clock.now_ms())
+        return CleanupReport(
+            month=month,
+            ensured_through=months_after(month, self.partitions_ahead),
+            keep_from=months_after(month, -self.retention_months),
+        )
+
+    def ensure(self, report: CleanupReport | None = None) -> CleanupReport:
+        """Split MAXVALUE so that every month through ``ensured_through`` has a partition."""
+        report = report or self.plan()
+        report.created.extend(self.store.add_partitions_through(report.ensured_through))
+        return report
+
+    def candidates(self, report: CleanupReport | None = None) -> list[PartitionInfo]:
+        """Partitions old enough to drop (whether they hold unsent rows or not)."""
+        keep_from = (report or self.plan()).keep_from
+        return [p for p in self.store.partitions() if expired(p, keep_from)]
+
+    def drop_expired(self, report: CleanupReport | None = None) -> CleanupReport:
+        report = report or self.plan()
+        for partition in self.candidates(report):
+            blocking = self.store.drop_partition_if_sent(partition.name)
+            if blocking:
+                report.refused.append(RefusedDrop(partition.name, blocking))
+            else:
+                report.dropped.append(partition.name)
+        return report
+
+    def run(self) -> CleanupReport:
+        """Ensure future partitions first (so the current month always has one), then drop."""
+        report = self.drop_expired(self.ensure())
+        for name, value in (
+            ("PartitionsCreated", len(report.created)),
+            ("PartitionsDropped", len(report.dropped)),
+            ("PartitionDropsRefused", len(report.refused)),
+            ("UnsentRowsBlockingDrops", sum(r.unsent_rows for r in report.refused)),
+        ):
+            self.metrics.add_metric(name=name, unit="Count", value=value)
+        return report
+
+
+def build_cleanup_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> CleanupService:
+    """Wire the service from :class:`~consolidator.settings.CleanupSettings`."""
+    from consolidator.clock import SystemClock
+    from consolidator.store import open_store
+
+    return CleanupService(
+        store=open_store(settings.database_url, settings.database_secret_arn),
+        clock=clock or SystemClock(),
+        retention_months=settings.retention_months,
+        partitions_ahead=settings.partitions_ahead,
+        metrics=metrics or NoMetrics(),
+    )
