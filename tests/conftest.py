@@ -52,7 +52,7 @@ def store(database_url: str, clock: ManualClock) -> Iterator[MySQLStore]:
     s.close()
 
 
-def sql(store: MySQLStore, statement: str, args=()) -> list[dict]:
+def sql(store: MySQLStore, statement: str, args=None) -> list[dict]:
     """Run one statement on the test database and return its rows (for assertions)."""
     with store.transaction() as cur:
         cur.execute(statement, args)
