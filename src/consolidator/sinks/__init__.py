@@ -1,0 +1,90 @@
+"""Where batches go: one small protocol, four destinations chosen by URL.
+
+Guarantee of every sink: ``publish`` reports a batch as delivered only after the destination
+confirmed it (Kafka ack from all in-sync replicas, SQS/EventBridge success entry, fsync'd
+file line). Delivery is at least once: a batch may arrive more than once, always under the
+same ``batch_id``, so consumers dedupe on it (see :mod:`consolidator.dedupe`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingBatch:
+    """One encoded batch message (``batch.encode``) with what sinks put in keys and headers."""
+
+    batch_id: str
+    group_key: str
+    body: bytes
+
+
+class Sink(Protocol):
+    def publish(self, batches: Sequence[OutgoingBatch]) -> dict[int, str]:
+        """Deliver ``batches``; return ``{index: error}`` for those NOT confirmed (empty = all
+        delivered). Never raises for a delivery failure."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; pending deliveries are flushed or abandoned (never confirmed)."""
+        ...
+
+
+def _query(url: str) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+
+
+def sink_from_url(url: str) -> Sink:
+    """Build the sink for one of:
+
+    - ``kafka://<bootstrap servers, comma separated>/<topic>[?auth=iam&region=...]``
+    - ``sqs://sqs.<region>.amazonaws.com/<account>/<queue>``
+    - ``events://<event-bus-name>[?source=...&detail_type=...]``
+    - ``file:///abs/path.jsonl`` or ``file://./relative.jsonl``
+    """
+    parts = urlsplit(url)
+    query = _query(url)
+    if parts.scheme == "kafka":
+        from consolidator.sinks.kafka import KafkaSink
+
+        topic = parts.path.strip("/")
+        if not parts.netloc or not topic or "/" in topic:
+            raise ValueError(f"kafka sink URL needs servers and one topic: {url!r}")
+        auth = query.get("auth")
+        if auth not in (None, "iam"):
+            raise ValueError(f"kafka sink auth must be 'iam' when given, got {auth!r}")
+        return KafkaSink(parts.netloc, topic, iam_region=query.get("region") if auth == "iam" else None,
+                         iam=auth == "iam")
+    if parts.scheme == "sqs":
+        from consolidator.sinks.sqs import SqsSink
+
+        if not parts.netloc or parts.path.count("/") != 2:
+            raise ValueError(f"sqs sink URL must be sqs://sqs.<region>.amazonaws.com/<account>/<queue>: {url!r}")
+        return SqsSink("https://" + parts.netloc + parts.path)
+    if parts.scheme == "events":
+        from consolidator.sinks.eventbridge import EventBridgeSink
+
+        if not parts.netloc:
+            raise ValueError(f"events sink URL needs an event bus name: {url!r}")
+        return EventBridgeSink(
+            parts.netloc,
+            source=query.get("source", "consolidator"),
+            detail_type=query.get("detail_type", "ConsolidatedBatch"),
+        )
+    if parts.scheme == "file":
+        from pathlib import Path
+
+        from consolidator.sinks.file import FileSink
+
+        path = (parts.netloc or "") + parts.path
+        if not parts.path:
+            raise ValueError(f"file sink URL needs a path: {url!r}")
+        return FileSink(Path(path))
+    raise ValueError(f"unsupported sink URL {url!r}: use kafka://, sqs://, events:// or file://")
+
+
+__all__ = ["OutgoingBatch", "Sink", "sink_from_url"]

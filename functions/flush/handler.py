@@ -1,0 +1,34 @@
+"""Scheduled flush Lambda: ticks every tick_interval while the invocation's time allows."""
+
+from functools import cache
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+
+from consolidator.services.flush import FlushService, build_flush_service
+from consolidator.settings import FlushSettings, load_settings
+
+logger = Logger(service="consolidator-flush")
+metrics = Metrics(namespace="Consolidator", service="flush")
+tracer = Tracer(service="consolidator-flush")
+copy_config_to_registered_loggers(source_logger=logger)
+
+
+@cache
+def service() -> FlushService:
+    """Built on the first invocation (settings validated then), reused while the container lives."""
+    return build_flush_service(load_settings(FlushSettings), metrics)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict, context) -> dict:
+    reports = service().run(context.get_remaining_time_in_millis)
+    return {
+        "ticks": len(reports),
+        "skipped": sum(1 for r in reports if r.skipped),
+        "published": sum(len(r.published) for r in reports),
+        "dead": sum(r.dead for r in reports),
+        "publish_failures": sum(r.publish_failures for r in reports),
+    }

@@ -1,0 +1,295 @@
+"""Flush use case: due groups -> claimed batches -> published messages -> SENT rows.
+
+Guarantees (SEMANTICS sections 5 and 8):
+- a batch id is assigned once, at claim time, from the group key and the members' source
+  positions; every re-publish of it carries the same id and the same bytes (``flushed_at``
+  is the claim time), so an event never appears under two batch ids (D, B);
+- rows are marked SENT only after the sink confirmed the message, by a statement
+  conditional on the batch id and CLAIMED; delivery is at least once;
+- CLAIMED batches are re-published first on every tick; after ``max_attempts`` failed
+  publishes a batch goes to the dead-letter destination and only then becomes DEAD (S, L);
+- the Redis lock only avoids duplicate work: two flushers at once stay correct because
+  claims and marks are conditional statements in the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from consolidator.batch import build_message, encode
+from consolidator.clock import Clock
+from consolidator.deadletter import DeadLetter, dead_batch_entry
+from consolidator.errors import LockUnavailable, StoreError, StoreUnavailable
+from consolidator.lock import RedisLock
+from consolidator.policy import FlushReason, GroupStats, Policy, due_groups, due_reason
+from consolidator.services.ingest import MetricsRecorder, NoMetrics
+from consolidator.sinks import OutgoingBatch, Sink
+from consolidator.store.mysql import ClaimedBatch, MySQLStore
+
+log = logging.getLogger(__name__)
+
+REASON_METRICS = {
+    FlushReason.IDLE: "BatchesFlushedIdle",
+    FlushReason.HARD_WINDOW: "BatchesFlushedHardWindow",
+    FlushReason.FULL: "BatchesFlushedFull",
+}
+
+
+@dataclass
+class PublishedBatch:
+    batch_id: str
+    group_key: str
+    reason: FlushReason
+    size: int  # member rows
+    attempt: int
+
+
+@dataclass
+class TickReport:
+    skipped: str | None = None  # None, "lock_held" or "lock_unavailable"
+    published: list[PublishedBatch] = field(default_factory=list)  # confirmed by the sink
+    dead: int = 0  # batches that became DEAD this tick
+    publish_failures: int = 0
+
+
+@dataclass
+class _Pending:
+    """A batch about to be published: the claim and its attempt number."""
+
+    batch: ClaimedBatch
+    attempt: int
+    body: bytes
+
+
+@dataclass
+class FlushService:
+    store: MySQLStore
+    sink: Sink
+    dead_letter: DeadLetter
+    policy: Policy
+    clock: Clock
+    max_attempts: int = 5
+    max_rows_per_tick: int = 20_000
+    metrics: MetricsRecorder = field(default_factory=NoMetrics)
+    lock: RedisLock | None = None
+    publish_chunk: int = 20  # batches handed to the sink per call
+    safety_margin_ms: int = 5_000  # no new claim when less time than this remains
+
+    # -- the policy, read only ---------------------------------------------------------------
+
+    def due(self) -> list[tuple[GroupStats, FlushReason]]:
+        """Dry run: the groups due now with their reasons, oldest first. Claims nothing."""
+        return due_groups(self.store.pending_group_stats(), self.clock.now_ms(), self.policy)
+
+    # -- one tick ----------------------------------------------------------------------------
+
+    def tick(self, remaining_ms: Callable[[], int] | None = None) -> TickReport:
+        """One tick at ``clock.now_ms()``: re-publish CLAIMED batches, then claim, publish and
+        mark due groups. Takes the lock when one is configured; a held lock or an unreachable
+        Redis skips the tick (counted in ``TicksSkipped``). ``remaining_ms`` bounds the tick's
+        time (no new work when less than ``safety_margin_ms`` remains).
+
+        Raises :class:`StoreUnavailable` when the database is down (nothing is lost: rows stay
+        PENDING or CLAIMED and the next tick resumes)."""
+        report = TickReport()
+        if self.lock is not None:
+            try:
+                held = self.lock.acquire()
+            except LockUnavailable as error:
+                log.warning("flush tick skipped: lock backend unreachable", extra={"error": str(error)})
+                report.skipped = "lock_unavailable"
+            else:
+                if not held:
+                    log.info("flush tick skipped: another flusher holds the lock")
+                    report.skipped = "lock_held"
+            if report.skipped:
+                self.metrics.add_metric(name="TicksSkipped", unit="Count", value=1)
+                return report
+        try:
+            self._work(report, remaining_ms)
+        finally:
+            if self.lock is not None:
+                try:
+                    if not self.lock.release():
+                        log.warning("flush lock had expired before the tick ended")
+                except LockUnavailable as error:
+                    log.warning("flush lock not released; it expires by TTL", extra={"error": str(error)})
+        return report
+
+    def _time_left(self, remaining_ms: Callable[[], int] | None) -> bool:
+        return remaining_ms is None or remaining_ms() > self.safety_margin_ms
+
+    def _work(self, report: TickReport, remaining_ms: Callable[[], int] | None) -> None:
+        now = self.clock.now_ms()
+        rows = self._republish(report, now, remaining_ms)
+
+        stats = self.store.pending_group_stats()
+        if stats:
+            oldest = min(s.oldest_first_seen_ms for s in stats)
+            self.metrics.add_metric(name="OldestPendingAge", unit="Milliseconds", value=max(0, now - oldest))
+        outbox: list[ClaimedBatch] = []
+        for group, reason in due_groups(stats, now, self.policy):
+            while reason is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
+                try:
+                    batch = self.store.claim(group.group_key, reason, self.policy.max_batch_size, now)
+                except StoreUnavailable:
+                    raise
+                except StoreError as error:
+                    log.warning("claim skipped this tick", extra={"group_key": group.group_key,
+                                                                  "error": str(error)})
+                    break
+                if batch is None:
+                    break
+                log.info("batch claimed", extra={"batch_id": batch.batch_id, "group_key": batch.group_key,
+                                                 "reason": str(reason), "size": len(batch.members)})
+                rows += len(batch.members)
+                outbox.append(batch)
+                if len(outbox) >= self.publish_chunk:
+                    self._deliver(outbox, report)
+                    outbox = []
+                if len(batch.members) < self.policy.max_batch_size:
+                    break  # the group had no more PENDING rows we could take
+                left = self.store.pending_group_stats(group.group_key)
+                reason = due_reason(left[0], now, self.policy) if left else None
+        self._deliver(outbox, report)
+
+    def _republish(self, report: TickReport, now: int, remaining_ms: Callable[[], int] | None) -> int:
+        """Re-publish CLAIMED batches (oldest claim first) under their ids; bury those out of
+        attempts. Returns the rows handled, which count against ``max_rows_per_tick``."""
+        rows = 0
+        heads = self.store.batches_in_state("CLAIMED", limit=max(1, self.max_rows_per_tick // 10))
+        chunk: list[ClaimedBatch] = []
+        for head in heads:
+            if rows >= self.max_rows_per_tick or not self._time_left(remaining_ms):
+                break
+            batch = self.store.load_batch(head["batch_id"])
+            if batch is None or not batch.members:
+                continue  # finished by another flusher meanwhile
+            rows += len(batch.members)
+            if batch.attempts >= self.max_attempts:
+                # its dead-letter write failed on an earlier tick: try that again, do not publish
+                self._bury(batch, batch.attempts, head["last_error"] or "max attempts reached", report)
+                continue
+            log.info("re-publishing claimed batch", extra={"batch_id": batch.batch_id,
+                                                           "attempts": batch.attempts})
+            chunk.append(batch)
+            if len(chunk) >= self.publish_chunk:
+                self._deliver(chunk, report)
+                chunk = []
+        self._deliver(chunk, report)
+        return rows
+
+    def _deliver(self, batches: list[ClaimedBatch], report: TickReport) -> None:
+        """Publish, wait for confirmation, mark SENT (or count the failure)."""
+        if not batches:
+            return
+        pending: list[_Pending] = []
+        for batch in batches:
+            attempt = self.store.start_attempt(batch.batch_id, self.clock.now_ms())
+            if attempt is None:
+                log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
+                continue
+            message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms)
+            if message["batch_id"] != batch.batch_id:
+                raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
+            pending.append(_Pending(batch, attempt, encode(message)))
+        if not pending:
+            return
+        errors = self.sink.publish([OutgoingBatch(p.batch.batch_id, p.batch.group_key, p.body)
+                                    for p in pending])
+        for index, item in enumerate(pending):
+            batch = item.batch
+            if index in errors:
+                self._failed(item, errors[index], report)
+                continue
+            published_at = self.clock.now_ms()
+            try:
+                marked = self.store.mark_sent(batch.batch_id, published_at)
+            except StoreUnavailable:
+                raise
+            except StoreError as error:
+                log.error("batch published but not marked; it will be re-published",
+                          extra={"batch_id": batch.batch_id, "error": str(error)})
+                continue
+            if not marked:
+                log.info("batch published again after another flusher finished it",
+                         extra={"batch_id": batch.batch_id})
+            log.info("batch published", extra={"batch_id": batch.batch_id, "group_key": batch.group_key,
+                                               "reason": str(batch.reason), "attempt": item.attempt,
+                                               "size": len(batch.members)})
+            report.published.append(PublishedBatch(batch.batch_id, batch.group_key, batch.reason,
+                                                   len(batch.members), item.attempt))
+            self.metrics.add_metric(name="BatchesFlushed", unit="Count", value=1)
+            self.metrics.add_metric(name=REASON_METRICS[batch.reason], unit="Count", value=1)
+            self.metrics.add_metric(name="BatchSize", unit="Count", value=len(batch.members))
+            oldest = min(m.first_seen_ms for m in batch.members)
+            self.metrics.add_metric(name="EventToPublishLatency", unit="Milliseconds",
+                                    value=max(0, published_at - oldest))
+
+    def _failed(self, item: _Pending, error: str, report: TickReport) -> None:
+        batch = item.batch
+        report.publish_failures += 1
+        self.metrics.add_metric(name="PublishFailures", unit="Count", value=1)
+        log.warning("publish failed; batch stays CLAIMED", extra={"batch_id": batch.batch_id,
+                                                                  "attempt": item.attempt, "error": error})
+        self.store.record_failure(batch.batch_id, error)
+        if item.attempt >= self.max_attempts:
+            self._bury(batch, item.attempt, error, report)
+
+    def _bury(self, batch: ClaimedBatch, attempts: int, error: str, report: TickReport) -> None:
+        """Dead-letter the batch with its last error; mark it DEAD only once that is confirmed."""
+        now = self.clock.now_ms()
+        message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms)
+        if self.dead_letter.send([dead_batch_entry(message, attempts, error, now)]):
+            log.error("dead-letter write failed; batch stays CLAIMED and is retried next tick",
+                      extra={"batch_id": batch.batch_id, "attempts": attempts})
+            return
+        if self.store.mark_dead(batch.batch_id, now, error):
+            report.dead += 1
+            self.metrics.add_metric(name="DeadBatches", unit="Count", value=1)
+            log.error("batch is DEAD after max attempts; sent to the dead-letter destination",
+                      extra={"batch_id": batch.batch_id, "attempts": attempts, "error": error})
+        else:
+            log.info("batch finished by another flusher before it was marked DEAD",
+                     extra={"batch_id": batch.batch_id})
+
+    # -- one invocation ----------------------------------------------------------------------
+
+    def run(self, remaining_ms: Callable[[], int], sleep: Callable[[float], None] = time.sleep) -> list[TickReport]:
+        """Tick every ``policy.tick_interval_ms`` (by ``clock``) while the invocation's remaining
+        time allows one more tick plus a safety margin (``safety_margin_ms``, at most a fifth of
+        the time available at the start)."""
+        margin = min(self.safety_margin_ms, remaining_ms() // 5)
+        reports: list[TickReport] = []
+        while remaining_ms() > margin:
+            started = self.clock.now_ms()
+            reports.append(self.tick(remaining_ms=lambda: remaining_ms() - margin + self.safety_margin_ms))
+            wait_ms = max(0, started + self.policy.tick_interval_ms - self.clock.now_ms())
+            if remaining_ms() - wait_ms <= 2 * margin:
+                break
+            if wait_ms:
+                sleep(wait_ms / 1000)
+        return reports
+
+
+def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> FlushService:
+    """Wire the service from :class:`~consolidator.settings.FlushSettings`."""
+    from consolidator.clock import SystemClock
+    from consolidator.deadletter import dead_letter_from_url
+    from consolidator.sinks import sink_from_url
+    from consolidator.store import open_store
+
+    return FlushService(
+        store=open_store(settings.database_url, settings.database_secret_arn),
+        sink=sink_from_url(settings.sink_url),
+        dead_letter=dead_letter_from_url(settings.dead_letter_url),
+        policy=settings.policy(),
+        clock=clock or SystemClock(),
+        max_attempts=settings.max_attempts,
+        max_rows_per_tick=settings.max_rows_per_tick,
+        metrics=metrics or NoMetrics(),
+        lock=RedisLock.from_url(settings.redis_url, ttl_ms=round(settings.lock_ttl_seconds * 1000)),
+    )

@@ -1,0 +1,71 @@
+"""Batch message v1: aggregation, deterministic batch id, canonical bytes, JSON Schema."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+
+from consolidator.batch import Member, batch_id, build_message, encode, load_schema
+from consolidator.events import SourcePosition
+from consolidator.policy import FlushReason
+
+T0 = 1_795_000_000_000
+
+
+def member(offset: int, item: str, items, partition: int = 0, first: int = T0, last: int = T0, merged: int = 1):
+    return Member(SourcePosition("orders", partition, offset), item, tuple(items), first, last, merged)
+
+
+def test_batch_id_is_deterministic_and_order_independent():
+    a = [SourcePosition("orders", 0, 5), SourcePosition("orders", 1, 2)]
+    assert batch_id("WH-1", a) == batch_id("WH-1", list(reversed(a)))
+    assert len(batch_id("WH-1", a)) == 32
+    assert batch_id("WH-1", a) != batch_id("WH-2", a)
+    assert batch_id("WH-1", a) != batch_id("WH-1", a[:1])
+
+
+def test_items_are_summed_per_sku_and_counts_include_coalesced_events():
+    members = [
+        member(3, "A1", [("SKU-1", 2), ("SKU-2", 1)], merged=3),
+        member(4, "A2", [("SKU-1", 5)], first=T0 + 1000, last=T0 + 9000),
+    ]
+    message = build_message("WH-1", members, FlushReason.IDLE, T0 + 400_000)
+    assert message["items"] == [{"sku": "SKU-1", "quantity": 7}, {"sku": "SKU-2", "quantity": 1}]
+    assert message["item_ids"] == ["A1", "A2"]
+    assert message["event_count"] == 4
+    assert message["flush_reason"] == "idle"
+    assert message["first_event_at"] == "2026-11-18T11:06:40.000Z"
+    assert message["flushed_at"] == "2026-11-18T11:13:20.000Z"
+    assert message["batch_id"] == batch_id("WH-1", [m.position for m in members])
+
+
+def test_same_item_in_two_buckets_counts_its_newest_event_once():
+    members = [member(1, "A1", [("SKU-1", 2)]), member(9, "A1", [("SKU-1", 3)])]
+    message = build_message("WH-1", members, FlushReason.FULL, T0)
+    assert message["items"] == [{"sku": "SKU-1", "quantity": 3}]
+    assert message["item_count"] == 1
+    assert len(message["members"]) == 2
+
+
+def test_encoding_is_canonical_so_republishes_are_byte_identical():
+    members = [member(2, "B", [("X", 1)]), member(1, "A", [("Y", 2)])]
+    first = encode(build_message("WH-1", members, FlushReason.HARD_WINDOW, T0))
+    again = encode(build_message("WH-1", list(reversed(members)), FlushReason.HARD_WINDOW, T0))
+    assert first == again
+
+
+def test_messages_validate_against_the_shipped_schema_and_bad_ones_do_not():
+    schema = load_schema()
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    message = build_message("WH-1", [member(1, "A1", [("SKU-1", 2)])], FlushReason.FULL, T0)
+    validator.validate(message)
+    broken = dict(message, flush_reason="later")
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate(broken)
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate({k: v for k, v in message.items() if k != "batch_id"})
+
+
+def test_empty_batch_is_refused():
+    with pytest.raises(ValueError):
+        build_message("WH-1", [], FlushReason.IDLE, T0)
