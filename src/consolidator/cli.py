@@ -293,6 +293,7 @@ def flush(
     s = _settings("FlushSettings")
     service = build_flush_service(s)
     if dry_run:
+        service.sink.close()
         now = _now_ms()
         due = [
             {"group_key": g.group_key, "reason": str(reason), "pending": g.pending,
@@ -311,30 +312,30 @@ def flush(
                           f"{d['idle_s']:.0f}s")
         out.print(table)
         return
-    if seconds is not None and not once:
-        result = service.run(round(seconds * 1000), time.sleep)
-        if as_json:
-            emit_json({"result": result})
+    try:
+        if seconds is not None and not once:
+            deadline = time.monotonic() + seconds
+            reports = service.run(lambda: max(0, int((deadline - time.monotonic()) * 1000)), time.sleep)
         else:
-            out.print(result)
-        return
-    report = service.tick()
-    failures = _count(getattr(report, "publish_failures", 0))
-    dead = _count(getattr(report, "dead", 0))
+            reports = [service.tick()]
+    finally:
+        service.sink.close()
+    failures = sum(r.publish_failures for r in reports)
+    dead = sum(r.dead for r in reports)
     if as_json:
-        emit_json(report)
-    elif getattr(report, "skipped", False):
-        out.print("skipped: another flusher holds the lock")
+        emit_json(reports[0] if once else {"ticks": reports})
     else:
-        for b in report.published:
-            out.print(f"published {b.batch_id} group={b.group_key} reason={b.reason} size={b.size} attempt={b.attempt}")
-        out.print(f"{len(report.published)} batches published, {failures} publish failures, {dead} dead")
+        for report in reports:
+            if report.skipped:
+                out.print(f"tick skipped: {report.skipped} (another flusher holds the lock, or Redis is down)")
+            for b in report.published:
+                out.print(f"published {b.batch_id} group={b.group_key} reason={b.reason} size={b.size} "
+                          f"attempt={b.attempt}")
+        published = sum(len(r.published) for r in reports)
+        out.print(f"{len(reports)} tick(s): {published} batches published, {failures} publish failures, "
+                  f"{dead} dead")
     if failures or dead:
         raise typer.Exit(EXIT_FAILED)
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) else len(value or ())
 
 
 # -- dead letter ----------------------------------------------------------------------------
@@ -446,7 +447,10 @@ def dlq_redrive(
         store = service.store
         targets = batch_id or [b["batch_id"] for b in store.batches_in_state("DEAD", limit)]
         revived = [b for b in targets if store.revive_dead_batch(b)]
-        tick = service.tick() if revived else None
+        try:
+            tick = service.tick() if revived else None
+        finally:
+            service.sink.close()
         published = [] if tick is None else [b.batch_id for b in tick.published if b.batch_id in revived]
         missing = [b for b in revived if b not in published]
         document["batches"] = {"revived": revived, "republished": published, "not_yet_published": missing,

@@ -218,3 +218,73 @@ def test_spark_subcommand_is_imported_lazily():
     assert done.returncode == 0, done.stderr
     spark_cli_exists = (Path(__file__).resolve().parents[2] / "src/consolidator/spark/cli.py").exists()
     assert done.stdout.strip() == ("0" if spark_cli_exists else "2")
+
+
+@pytest.fixture
+def flush_env(env, tmp_path, monkeypatch) -> dict[str, str]:
+    import redis
+    from conftest import REDIS_URL
+
+    redis.Redis.from_url(REDIS_URL).delete("consolidator:flush-lock")
+    values = env | {"CONSOLIDATOR_REDIS_URL": REDIS_URL,
+                    "CONSOLIDATOR_SINK_URL": f"file://{tmp_path / 'batches.jsonl'}"}
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    return values
+
+
+def idle_rows(store: MySQLStore) -> None:
+    """Three rows in two groups, last updated ten minutes ago: due as idle under the defaults."""
+    events = [decode(record(i, order=f"O{i}", location=loc), FieldNames(), 256 * 1024)
+              for i, loc in ((1, "WH-1"), (2, "WH-1"), (3, "WH-2"))]
+    store.ingest(events, NOW - 600_000)
+
+
+def test_flush_dry_run_changes_nothing_then_once_publishes(flush_env, migrated, tmp_path):
+    idle_rows(migrated)
+    before = sql(migrated, "SELECT id, status, batch_id FROM buffer_rows ORDER BY id")
+    dry = cli_json(flush_env, "flush", "--dry-run")
+    assert [(d["group_key"], d["reason"], d["pending"]) for d in dry["due"]] == [("WH-1", "idle", 2), ("WH-2", "idle", 1)]
+    assert sql(migrated, "SELECT id, status, batch_id FROM buffer_rows ORDER BY id") == before
+    assert migrated.batch_counts() == {}
+    assert not (tmp_path / "batches.jsonl").exists()
+    human = cli(flush_env, "flush", "--dry-run")
+    assert human.exit_code == 0 and "nothing was claimed" in human.stdout
+
+    once = cli_json(flush_env, "flush", "--once")
+    assert sorted((b["group_key"], b["size"]) for b in once["published"]) == [("WH-1", 2), ("WH-2", 1)]
+    assert migrated.row_counts() == {"SENT": 3}
+    assert len((tmp_path / "batches.jsonl").read_text().splitlines()) == 2
+    assert cli_json(flush_env, "flush", "--once")["published"] == []
+
+
+def test_flush_once_exits_1_when_publishing_fails(flush_env, migrated, tmp_path):
+    idle_rows(migrated)
+    (tmp_path / "a-directory").mkdir()
+    env = flush_env | {"CONSOLIDATOR_SINK_URL": f"file://{tmp_path / 'a-directory'}"}
+    result = cli(env, "flush", "--once")
+    assert result.exit_code == 1, result.output
+    assert "2 publish failures" in result.stdout
+    assert migrated.row_counts() == {"CLAIMED": 3}
+
+
+def test_dlq_redrive_batches_republishes_dead_batches_once(flush_env, migrated, tmp_path):
+    from consolidator.policy import FlushReason
+
+    idle_rows(migrated)
+    batch = migrated.claim("WH-1", FlushReason.IDLE, 10, NOW)
+    assert migrated.mark_dead(batch.batch_id, NOW, "sink down")
+    listed = cli_json(flush_env, "dlq", "list")
+    assert [b["batch_id"] for b in listed["dead_batches"]] == [batch.batch_id]
+
+    first = cli_json(flush_env, "dlq", "redrive", "--batches")
+    assert first["batches"]["revived"] == [batch.batch_id]
+    assert first["batches"]["republished"] == [batch.batch_id] and first["ok"]
+    published = [json.loads(line) for line in (tmp_path / "batches.jsonl").read_text().splitlines()]
+    assert batch.batch_id in {p["batch_id"] for p in published}
+    assert migrated.batch_counts().get("DEAD", 0) == 0
+    assert sql(migrated, "SELECT status FROM buffer_rows WHERE batch_id = %s", (batch.batch_id,)) == [
+        {"status": "SENT"}, {"status": "SENT"}]
+
+    second = cli_json(flush_env, "dlq", "redrive", "--batches")
+    assert second["batches"]["revived"] == [] and second["ok"]
