@@ -165,7 +165,14 @@ class FlushService:
         for head in heads:
             if rows >= self.max_rows_per_tick or not self._time_left(remaining_ms):
                 break
-            batch = self.store.load_batch(head["batch_id"])
+            try:
+                batch = self.store.load_batch(head["batch_id"])
+            except StoreUnavailable:
+                raise
+            except StoreError as error:
+                log.warning("claimed batch not loaded; retried next tick",
+                            extra={"batch_id": head["batch_id"], "error": str(error)})
+                continue
             if batch is None or not batch.members:
                 continue  # finished by another flusher meanwhile
             rows += len(batch.members)
@@ -188,7 +195,14 @@ class FlushService:
             return
         pending: list[_Pending] = []
         for batch in batches:
-            attempt = self.store.start_attempt(batch.batch_id, self.clock.now_ms())
+            try:
+                attempt = self.store.start_attempt(batch.batch_id, self.clock.now_ms())
+            except StoreUnavailable:
+                raise
+            except StoreError as error:
+                log.warning("attempt not recorded; batch stays CLAIMED for the next tick",
+                            extra={"batch_id": batch.batch_id, "error": str(error)})
+                continue
             if attempt is None:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
@@ -235,7 +249,13 @@ class FlushService:
         self.metrics.add_metric(name="PublishFailures", unit="Count", value=1)
         log.warning("publish failed; batch stays CLAIMED", extra={"batch_id": batch.batch_id,
                                                                   "attempt": item.attempt, "error": error})
-        self.store.record_failure(batch.batch_id, error)
+        try:
+            self.store.record_failure(batch.batch_id, error)
+        except StoreUnavailable:
+            raise
+        except StoreError as store_error:  # only the error text is lost; attempts were counted
+            log.warning("publish error not recorded", extra={"batch_id": batch.batch_id,
+                                                             "error": str(store_error)})
         if item.attempt >= self.max_attempts:
             self._bury(batch, item.attempt, error, report)
 
@@ -247,7 +267,15 @@ class FlushService:
             log.error("dead-letter write failed; batch stays CLAIMED and is retried next tick",
                       extra={"batch_id": batch.batch_id, "attempts": attempts})
             return
-        if self.store.mark_dead(batch.batch_id, now, error):
+        try:
+            marked = self.store.mark_dead(batch.batch_id, now, error)
+        except StoreUnavailable:
+            raise
+        except StoreError as store_error:
+            log.error("dead-lettered batch not marked DEAD; retried next tick (duplicate entry possible)",
+                      extra={"batch_id": batch.batch_id, "error": str(store_error)})
+            return
+        if marked:
             report.dead += 1
             self.metrics.add_metric(name="DeadBatches", unit="Count", value=1)
             log.error("batch is DEAD after max attempts; sent to the dead-letter destination",
