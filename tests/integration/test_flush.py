@@ -12,8 +12,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 import redis
+from conftest import REDIS_URL, record, sql
 
-from conftest import REDIS_URL, T0, record, sql
 from consolidator.batch import load_schema
 from consolidator.clock import ManualClock
 from consolidator.deadletter import FileDeadLetter

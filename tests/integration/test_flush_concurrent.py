@@ -6,9 +6,10 @@ from __future__ import annotations
 import threading
 
 from conftest import T0
+from test_flush import RecordingSink, assert_invariants, ingest, make_service, orders
+
 from consolidator.policy import Policy
 from consolidator.store.mysql import MySQLStore
-from test_flush import RecordingSink, assert_invariants, ingest, make_service, orders
 
 EVENTS = 12_000
 CHUNK = 600
@@ -34,7 +35,7 @@ def test_two_flushers_without_lock_keep_every_event_under_one_batch_id(store, cl
                 ticks[n] += 1
                 if not ingesting.is_set():
                     clock.advance(POLICY.tick_interval_ms)  # after ingest: let everything go due
-        except BaseException as error:  # surfaced by the assertion below
+        except BaseException as error:  # noqa: BLE001 - re-raised by the assertion in the main thread
             errors.append(error)
 
     threads = [threading.Thread(target=flusher, args=(n,)) for n in range(2)]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service, orders
 
 from consolidator.store.mysql import MySQLStore
-from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service, orders
 
 
 class Crash(BaseException):

@@ -3,9 +3,10 @@ the dead-letter destination (only then DEAD); rows are never lost; a redrive sen
 
 from __future__ import annotations
 
+from test_flush import POLICY, RecordingSink, assert_invariants, ingest, orders
+
 from consolidator.deadletter import FileDeadLetter
 from consolidator.services.flush import FlushService
-from test_flush import POLICY, RecordingSink, assert_invariants, ingest, orders
 
 
 class SwitchableDeadLetter(FileDeadLetter):
@@ -59,6 +60,8 @@ def test_batches_go_dead_after_max_attempts_and_nothing_is_lost(store, clock, tm
         assert store.revive_dead_batch(entry["batch"]["batch_id"])
     report = service.tick()
     assert sorted(p.batch_id for p in report.published) == sorted(e["batch"]["batch_id"] for e in entries)
-    key = lambda m: m["batch_id"]  # noqa: E731
+    def key(m):
+        return m["batch_id"]
+
     assert sorted(sink.messages(), key=key) == sorted((e["batch"] for e in entries), key=key)
     assert_invariants(store, sink.messages(), 20)

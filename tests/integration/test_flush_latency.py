@@ -8,14 +8,15 @@ import random
 from datetime import datetime
 
 from conftest import T0, record
-from consolidator.policy import Policy
 from test_flush import RecordingSink, assert_invariants, ingest, make_service
+
+from consolidator.policy import Policy
 
 POLICY = Policy(debounce_ms=60_000, hard_window_ms=300_000, max_batch_size=100, tick_interval_ms=30_000)
 
 
 def epoch_ms(iso: str) -> int:
-    return round(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+    return round(datetime.fromisoformat(iso).timestamp() * 1000)
 
 
 def test_every_event_is_published_within_hard_window_plus_tick(store, clock, tmp_path):

@@ -7,11 +7,11 @@ import threading
 import time
 
 import redis
-
 from conftest import REDIS_URL
+from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service, orders
+
 from consolidator.lock import RedisLock
 from consolidator.store.mysql import MySQLStore
-from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service, orders
 
 TTL_MS = 300
 
