@@ -1,0 +1,1 @@
+"""Consolidator's CDK app: one Stage per environment, one construct per capability."""

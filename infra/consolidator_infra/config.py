@@ -1,0 +1,270 @@
+"""Per-environment settings of the CDK app: a typed, validated model read from JSON.
+
+One file per environment under ``infra/environments/<name>.json``. Everything the stack
+needs is here; constructs receive the parts they use as typed arguments, never context
+lookups. Loading fails with one error naming every bad field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Literal, Self
+from urllib.parse import quote
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
+
+ACCOUNT = r"^\d{12}$"
+MSK_CLUSTER_ARN = re.compile(r"^arn:aws[\w-]*:kafka:([a-z0-9-]+):(\d{12}):cluster/([\w-]+)/([\w-]+)$")
+
+
+class ConfigError(ValueError):
+    """An environment file is missing or invalid; the message names every bad field."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NetworkConfig(_Model):
+    """Create a VPC (default) or import one by id with its subnets (no lookup: works offline)."""
+
+    vpc_id: str | None = Field(None, pattern=r"^vpc-[0-9a-f]+$")
+    vpc_cidr: str = "10.40.0.0/16"
+    availability_zones: list[str] = Field(default_factory=list, description="required when importing or when account is set")
+    max_azs: int = Field(2, ge=2, le=3)
+    nat_gateways: int = Field(1, ge=0, le=3)
+    private_subnet_ids: list[str] = Field(default_factory=list, description="imported VPC: subnets with egress for functions")
+    isolated_subnet_ids: list[str] = Field(default_factory=list, description="imported VPC: subnets for database and cache")
+    interface_endpoints: bool = Field(True, description="Secrets Manager and SQS endpoints in the VPC")
+    flow_log_retention_days: int = 30
+
+    @model_validator(mode="after")
+    def _import_complete(self) -> Self:
+        if self.vpc_id:
+            zones = len(self.availability_zones)
+            if zones < 2 or len(self.private_subnet_ids) != zones or len(self.isolated_subnet_ids) != zones:
+                raise ValueError(
+                    "an imported VPC needs availability_zones (>= 2) and one private and one "
+                    "isolated subnet id per zone"
+                )
+        return self
+
+
+class MskConfig(_Model):
+    """The existing MSK cluster and topic the ingest function consumes (IAM auth)."""
+
+    cluster_arn: str
+    topic: str = Field(min_length=1)
+    consumer_group_id: str = Field(min_length=1)
+    starting_position: Literal["TRIM_HORIZON", "LATEST"] = "TRIM_HORIZON"
+    batch_size: int = Field(500, ge=1, le=10_000)
+    max_batching_window_seconds: int = Field(1, ge=0, le=300)
+    minimum_pollers: int = Field(1, ge=1, le=200)
+    maximum_pollers: int = Field(2, ge=1, le=2000)
+    retry_attempts: int = Field(10, ge=0, le=10_000, description="bounded: never -1 (infinite)")
+    max_record_age_seconds: int = Field(6 * 3600, ge=60, le=604_800, description="bounded: never -1")
+    broker_cidr: str | None = Field(None, description="where the brokers are (port 9098) for the Kafka sink; default the VPC CIDR")
+
+    @field_validator("cluster_arn")
+    @classmethod
+    def _arn(cls, arn: str) -> str:
+        if not MSK_CLUSTER_ARN.match(arn):
+            raise ValueError("must be arn:aws:kafka:<region>:<account>:cluster/<name>/<uuid>")
+        return arn
+
+    @model_validator(mode="after")
+    def _pollers(self) -> Self:
+        if self.maximum_pollers < self.minimum_pollers:
+            raise ValueError("maximum_pollers must be >= minimum_pollers")
+        return self
+
+    @property
+    def region(self) -> str:
+        return MSK_CLUSTER_ARN.match(self.cluster_arn).group(1)
+
+    @property
+    def account(self) -> str:
+        return MSK_CLUSTER_ARN.match(self.cluster_arn).group(2)
+
+    def topic_arn(self, topic: str) -> str:
+        """``arn:...:topic/<cluster name>/<cluster uuid>/<topic>`` for kafka-cluster IAM actions."""
+        return self.cluster_arn.replace(":cluster/", ":topic/", 1) + f"/{topic}"
+
+    def group_arn(self, group: str) -> str:
+        return self.cluster_arn.replace(":cluster/", ":group/", 1) + f"/{group}"
+
+
+class KafkaSinkConfig(_Model):
+    """Batches go to a topic on the same MSK cluster, IAM auth."""
+
+    kind: Literal["kafka"] = "kafka"
+    bootstrap_servers: str = Field(min_length=1, description="comma separated host:9098 list")
+    topic: str = Field(min_length=1)
+
+
+class SqsSinkConfig(_Model):
+    kind: Literal["sqs"] = "sqs"
+    queue_arn: str = Field(pattern=r"^arn:aws[\w-]*:sqs:[a-z0-9-]+:\d{12}:[\w.-]+$")
+
+
+class EventBridgeSinkConfig(_Model):
+    kind: Literal["events"] = "events"
+    event_bus_arn: str = Field(pattern=r"^arn:aws[\w-]*:events:[a-z0-9-]+:\d{12}:event-bus/[\w./-]+$")
+    source: str = "consolidator"
+
+
+SinkConfig = Annotated[KafkaSinkConfig | SqsSinkConfig | EventBridgeSinkConfig, Field(discriminator="kind")]
+
+
+class DatabaseConfig(_Model):
+    """Aurora MySQL 3, Serverless v2."""
+
+    engine_version: str = Field("3.08.0", pattern=r"^3\.\d{2}\.\d+$")
+    min_capacity: float = Field(0.5, ge=0, le=256)
+    max_capacity: float = Field(4, ge=1, le=256)
+    readers: int = Field(0, ge=0, le=15)
+    database_name: str = Field("consolidator", pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+    backup_retention_days: int = Field(7, ge=1, le=35)
+    deletion_protection: bool = True
+    rotation_days: int = Field(30, ge=1, le=365)
+
+    @model_validator(mode="after")
+    def _capacity(self) -> Self:
+        if self.max_capacity < self.min_capacity:
+            raise ValueError("max_capacity must be >= min_capacity")
+        return self
+
+
+class CacheConfig(_Model):
+    """ElastiCache (Valkey or Redis OSS) replication group: the flush lock only, tiny."""
+
+    engine: Literal["valkey", "redis"] = "valkey"
+    engine_version: str = "8.0"
+    node_type: str = Field("cache.t4g.micro", pattern=r"^cache\.[a-z0-9]+\.[a-z0-9]+$")
+    replicas: int = Field(0, ge=0, le=5, description=">= 1 enables Multi-AZ automatic failover")
+
+
+class PolicyConfig(_Model):
+    """The product settings passed to the functions as CONSOLIDATOR_* variables."""
+
+    debounce_seconds: float = Field(300, gt=0)
+    hard_window_seconds: float = Field(1800, gt=0)
+    max_batch_size: int = Field(500, gt=0, le=10_000)
+    tick_interval_seconds: float = Field(30, gt=0, le=60)
+    max_attempts: int = Field(5, ge=1)
+    max_rows_per_tick: int = Field(20_000, gt=0)
+    max_event_bytes: int = Field(256 * 1024, gt=0)
+    retention_months: int = Field(3, ge=1)
+    partitions_ahead: int = Field(3, ge=1)
+    group_key_field: str = "location_id"
+    item_id_field: str = "order_id"
+    items_field: str = "items"
+    sku_field: str = "sku"
+    quantity_field: str = "quantity"
+
+    @model_validator(mode="after")
+    def _windows(self) -> Self:
+        if self.hard_window_seconds < self.debounce_seconds:
+            raise ValueError("hard_window_seconds must be >= debounce_seconds")
+        return self
+
+
+class FunctionsConfig(_Model):
+    ingest_memory_mb: int = Field(512, ge=128, le=10_240)
+    ingest_timeout_seconds: int = Field(60, ge=5, le=900)
+    flush_memory_mb: int = Field(512, ge=128, le=10_240)
+    flush_timeout_seconds: int = Field(55, ge=10, le=59, description="< 60 s so one invocation ends before the next tick")
+    cleanup_timeout_seconds: int = Field(300, ge=30, le=900)
+    log_retention_days: int = 30
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    cleanup_schedule_hour_utc: int = Field(3, ge=0, le=23)
+
+
+class AlarmConfig(_Model):
+    """Where alarms go and when they fire."""
+
+    email: str | None = Field(None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+    sns_topic_arn: str | None = Field(None, pattern=r"^arn:aws[\w-]*:sns:[a-z0-9-]+:\d{12}:[\w-]+$")
+    offset_lag_records: int = Field(10_000, ge=1, description="ingest OffsetLag (records) sustained 5 min")
+    skipped_ticks_minutes: int = Field(5, ge=2, le=60, description="flush ticks skipped in N consecutive minutes")
+    function_errors: int = Field(0, ge=0, description="errors per 5 min above this fire")
+    function_throttles: int = Field(0, ge=0, description="throttles per 5 min above this fire")
+    flush_throttles: int = Field(3, ge=0, description="flush throttles per 15 min above this fire")
+    database_cpu_percent: float = Field(80, gt=0, le=100)
+    database_connections: int = Field(200, ge=1)
+
+
+class EnvironmentConfig(_Model):
+    """Everything one deployment (dev, staging, prod, ...) needs."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{1,20}$")
+    account: str | None = Field(None, pattern=ACCOUNT, description="None: environment-agnostic synth")
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    removal_policy: Literal["retain", "destroy"] = "retain"
+    network: NetworkConfig = NetworkConfig()
+    msk: MskConfig
+    sink: SinkConfig
+    database: DatabaseConfig = DatabaseConfig()
+    cache: CacheConfig = CacheConfig()
+    policy: PolicyConfig = PolicyConfig()
+    functions: FunctionsConfig = FunctionsConfig()
+    alarms: AlarmConfig = AlarmConfig()
+    spark: bool = Field(False, description="also deploy the EMR Serverless Spark application")
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.msk.region != self.region:
+            raise ValueError(f"msk.cluster_arn is in {self.msk.region}, the environment in {self.region}")
+        if self.account and self.msk.account != self.account:
+            raise ValueError("msk.cluster_arn belongs to another account")
+        if self.account and not self.network.availability_zones:
+            raise ValueError("network.availability_zones is required when account is set (no lookups)")
+        for zone in self.network.availability_zones:
+            if not zone.startswith(self.region):
+                raise ValueError(f"availability zone {zone} is not in {self.region}")
+        return self
+
+    @property
+    def stage_id(self) -> str:
+        return "".join(part.capitalize() for part in self.name.split("-"))
+
+    def sink_url(self) -> str:
+        """The CONSOLIDATOR_SINK_URL for the flush function."""
+        sink = self.sink
+        if isinstance(sink, KafkaSinkConfig):
+            return f"kafka://{sink.bootstrap_servers}/{sink.topic}?auth=iam&region={self.region}"
+        if isinstance(sink, SqsSinkConfig):
+            _, _, _, region, account, name = sink.queue_arn.split(":", 5)
+            return f"sqs://sqs.{region}.amazonaws.com/{account}/{name}"
+        bus = sink.event_bus_arn.split(":event-bus/", 1)[1]
+        return f"events://{bus}?source={quote(sink.source)}"
+
+
+def load_environment(name: str, directory: Path = ENVIRONMENTS_DIR) -> EnvironmentConfig:
+    path = directory / f"{name}.json"
+    if not path.is_file():
+        raise ConfigError(f"no environment file {path.name} in {directory.name}/")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path.name}: not valid JSON: {error}") from None
+    try:
+        config = EnvironmentConfig.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in error.errors()
+        )
+        raise ConfigError(f"{path.name}: {problems}") from None
+    if config.name != name:
+        raise ConfigError(f"{path.name}: name is {config.name!r}, expected {name!r}")
+    return config
+
+
+def environment_names(directory: Path = ENVIRONMENTS_DIR) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.json"))

@@ -1,0 +1,81 @@
+"""One factory for every function: same runtime, architecture, packaging, tracing, logging.
+
+Code is bundled locally without Docker (``infra/bundle.py``: arm64 manylinux wheels of the
+runtime dependencies + the ``consolidator`` package + ``functions/<name>/handler.py``; no
+Spark, no CDK). Each function gets its own role and security group, so grants stay per
+function.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from aws_cdk import AssetHashType, Duration, RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from consolidator_infra.network import Network, retention_days
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import bundle  # noqa: E402  (infra/bundle.py, also a script)
+
+RUNTIME = lambda_.Runtime.PYTHON_3_12  # must match bundle.PYTHON_VERSION (cp312 wheels)
+ARCHITECTURE = lambda_.Architecture.ARM_64  # must match bundle.PLATFORMS (aarch64 wheels)
+HANDLER = "handler.handler"
+
+
+def function_code(name: str) -> lambda_.Code:
+    """The locally built bundle of ``functions/<name>``; its content hash is the asset hash."""
+    directory = bundle.function_bundle(name)
+    return lambda_.Code.from_asset(
+        str(directory), asset_hash_type=AssetHashType.CUSTOM, asset_hash=directory.name,
+        exclude=[".complete"],
+    )
+
+
+class FunctionFactory(Construct):
+    def __init__(
+        self, scope: Construct, id: str, *, network: Network, environment: dict[str, str],
+        log_retention_days: int, log_level: str, removal_policy: RemovalPolicy,
+    ) -> None:
+        super().__init__(scope, id)
+        self._network = network
+        self._environment = environment
+        self._retention = retention_days(log_retention_days)
+        self._log_level = log_level
+        self._removal_policy = removal_policy
+
+    def build(
+        self, name: str, *, description: str, timeout: Duration, memory_mb: int,
+        security_group: ec2.ISecurityGroup, environment: dict[str, str],
+        reserved_concurrency: int | None = None,
+    ) -> lambda_.Function:
+        log_group = logs.LogGroup(
+            self, f"{name.capitalize()}Logs", retention=self._retention, removal_policy=self._removal_policy,
+        )
+        return lambda_.Function(
+            self, name.capitalize(),
+            description=description,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            handler=HANDLER,
+            code=function_code(name),
+            timeout=timeout,
+            memory_size=memory_mb,
+            reserved_concurrent_executions=reserved_concurrency,
+            tracing=lambda_.Tracing.ACTIVE,
+            log_group=log_group,
+            vpc=self._network.vpc,
+            vpc_subnets=self._network.function_subnets,
+            security_groups=[security_group],
+            environment={
+                "POWERTOOLS_SERVICE_NAME": f"consolidator-{name}",
+                "POWERTOOLS_METRICS_NAMESPACE": "Consolidator",
+                "POWERTOOLS_LOG_LEVEL": self._log_level,
+                **self._environment,
+                **environment,
+            },
+        )

@@ -1,0 +1,152 @@
+"""The Consolidator stack: composes one construct per capability and wires grants where they meet."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from consolidator_infra.cache import Cache
+from consolidator_infra.config import EnvironmentConfig, EventBridgeSinkConfig, KafkaSinkConfig, SqsSinkConfig
+from consolidator_infra.database import Database
+from consolidator_infra.dead_letter import DeadLetterQueues
+from consolidator_infra.functions import FunctionFactory
+from consolidator_infra.ingest_source import IngestEventSource
+from consolidator_infra.migration import MigrationTrigger
+from consolidator_infra.monitoring import Monitored, Monitoring
+from consolidator_infra.network import Network
+from consolidator_infra.nag import suppress_findings
+from consolidator_infra.schedules import Schedules
+
+P = "CONSOLIDATOR_"
+
+
+class ConsolidatorStack(Stack):
+    def __init__(self, scope: Construct, id: str, *, config: EnvironmentConfig, **kwargs) -> None:
+        super().__init__(scope, id, description=f"Consolidator ({config.name}): debounced aggregator", **kwargs)
+        self.config = config
+        removal = RemovalPolicy.RETAIN if config.removal_policy == "retain" else RemovalPolicy.DESTROY
+        fn = config.functions
+        policy = config.policy
+
+        self.network = Network(self, "Network", config=config.network, removal_policy=removal)
+        self.database = Database(
+            self, "Database", config=config.database, network=self.network, removal_policy=removal,
+            log_retention_days=fn.log_retention_days,
+        )
+        self.cache = Cache(self, "Cache", config=config.cache, network=self.network, removal_policy=removal)
+        self.dead_letters = DeadLetterQueues(self, "DeadLetters", removal_policy=removal)
+
+        self.functions = FunctionFactory(
+            self, "Functions", network=self.network, log_retention_days=fn.log_retention_days,
+            log_level=fn.log_level, removal_policy=removal,
+            environment={f"{P}DATABASE_SECRET_ARN": self.database.secret.secret_arn},
+        )
+        fields = {
+            f"{P}GROUP_KEY_FIELD": policy.group_key_field, f"{P}ITEM_ID_FIELD": policy.item_id_field,
+            f"{P}ITEMS_FIELD": policy.items_field, f"{P}SKU_FIELD": policy.sku_field,
+            f"{P}QUANTITY_FIELD": policy.quantity_field, f"{P}MAX_EVENT_BYTES": str(policy.max_event_bytes),
+            f"{P}DEAD_LETTER_URL": self.dead_letters.url,
+        }
+        net = self.network
+        kafka_cidr = (config.msk.broker_cidr or net.vpc.vpc_cidr_block) if isinstance(config.sink, KafkaSinkConfig) else None
+
+        self.ingest = self.functions.build(
+            "ingest", description="MSK records -> MySQL buffer (partial batch failures)",
+            timeout=Duration.seconds(fn.ingest_timeout_seconds), memory_mb=fn.ingest_memory_mb,
+            security_group=net.function_group("Ingest", database=True, cache=False, kafka_cidr=None),
+            environment=fields,
+        )
+        self.flush = self.functions.build(
+            "flush", description="Claims due groups, publishes one batch per group, marks them sent",
+            timeout=Duration.seconds(fn.flush_timeout_seconds), memory_mb=fn.flush_memory_mb,
+            security_group=net.function_group("Flush", database=True, cache=True, kafka_cidr=kafka_cidr),
+            reserved_concurrency=1,
+            environment={
+                **fields,
+                f"{P}REDIS_URL": self.cache.url,
+                f"{P}REDIS_AUTH_SECRET_ARN": self.cache.auth_secret.secret_arn,
+                f"{P}SINK_URL": config.sink_url(),
+                f"{P}DEBOUNCE_SECONDS": str(policy.debounce_seconds),
+                f"{P}HARD_WINDOW_SECONDS": str(policy.hard_window_seconds),
+                f"{P}MAX_BATCH_SIZE": str(policy.max_batch_size),
+                f"{P}TICK_INTERVAL_SECONDS": str(policy.tick_interval_seconds),
+                f"{P}MAX_ATTEMPTS": str(policy.max_attempts),
+                f"{P}MAX_ROWS_PER_TICK": str(policy.max_rows_per_tick),
+                f"{P}LOCK_TTL_SECONDS": str(fn.flush_timeout_seconds),
+            },
+        )
+        partitions = {
+            f"{P}RETENTION_MONTHS": str(policy.retention_months),
+            f"{P}PARTITIONS_AHEAD": str(policy.partitions_ahead),
+        }
+        self.cleanup = self.functions.build(
+            "cleanup", description="Monthly partitions: create ahead, drop old fully sent ones",
+            timeout=Duration.seconds(fn.cleanup_timeout_seconds), memory_mb=256,
+            security_group=net.function_group("Cleanup", database=True, cache=False, kafka_cidr=None),
+            environment=partitions,
+        )
+        self.migrate = self.functions.build(
+            "migrate", description="Applies schema migrations on deploy (CDK trigger)",
+            timeout=Duration.minutes(5), memory_mb=256,
+            security_group=net.function_group("Migrate", database=True, cache=False, kafka_cidr=None),
+            environment=partitions,
+        )
+
+        # Grants where the pieces meet: each function gets exactly what it uses.
+        for function in (self.ingest, self.flush, self.cleanup, self.migrate):
+            self.database.secret.grant_read(function)  # network access: Network.function_group
+        for function in (self.ingest, self.flush):
+            self.dead_letters.queue.grant_send_messages(function)
+        self.cache.auth_secret.grant_read(self.flush)
+        self._grant_sink(self.flush)
+
+        self.ingest_source = IngestEventSource(
+            self, "IngestSource", config=config.msk, function=self.ingest,
+            on_failure=self.dead_letters.ingest_failures,
+        )
+        self.schedules = Schedules(
+            self, "Schedules", flush=self.flush, cleanup=self.cleanup, cleanup_hour_utc=fn.cleanup_schedule_hour_utc,
+        )
+        self.migration = MigrationTrigger(self, "Migration", function=self.migrate, after=[self.database.cluster])
+        self.monitoring = Monitoring(
+            self, "Monitoring", config=config.alarms, policy=policy, environment=config.name,
+            targets=Monitored(
+                ingest=self.ingest, flush=self.flush, cleanup=self.cleanup,
+                dead_letter=self.dead_letters.queue, ingest_failures=self.dead_letters.ingest_failures,
+                cluster=self.database.cluster,
+            ),
+        )
+        self.spark = self._spark() if config.spark else None
+        suppress_findings(self)
+
+    def _grant_sink(self, function: lambda_.Function) -> None:
+        sink = self.config.sink
+        if isinstance(sink, KafkaSinkConfig):
+            msk = self.config.msk
+            function.add_to_role_policy(iam.PolicyStatement(
+                sid="PublishBatches",
+                actions=["kafka-cluster:Connect", "kafka-cluster:WriteDataIdempotently",
+                         "kafka-cluster:DescribeTopic", "kafka-cluster:WriteData"],
+                resources=[msk.cluster_arn, msk.topic_arn(sink.topic)],
+            ))
+        elif isinstance(sink, SqsSinkConfig):
+            function.add_to_role_policy(iam.PolicyStatement(
+                sid="PublishBatches", actions=["sqs:SendMessage"], resources=[sink.queue_arn],
+            ))
+        elif isinstance(sink, EventBridgeSinkConfig):
+            function.add_to_role_policy(iam.PolicyStatement(
+                sid="PublishBatches", actions=["events:PutEvents"], resources=[sink.event_bus_arn],
+            ))
+
+    def _spark(self):
+        """The optional EMR Serverless application (``emr_serverless.py``, owned by the Spark work)."""
+        if importlib.util.find_spec("consolidator_infra.emr_serverless") is None:
+            raise RuntimeError("spark is enabled but consolidator_infra/emr_serverless.py does not exist")
+        from consolidator_infra import emr_serverless
+
+        return emr_serverless.attach(self)
+
