@@ -563,10 +563,15 @@ def demo(
     orders: Annotated[int, typer.Option(min=1, help="Distinct orders produced.")] = 3000,
     poison: Annotated[int, typer.Option(min=0, help="Poison messages mixed in.")] = 5,
     seed: Annotated[int, typer.Option(help="Random seed of the synthetic topic.")] = 7,
+    bursts: Annotated[int, typer.Option(min=1, help="Bursts the orders arrive in (pauses between).")] = 8,
     database_url: Annotated[str | None, typer.Option(
         help="Database server for the demo database (default: CONSOLIDATOR_DATABASE_URL's server, "
-             "else mysql://root@127.0.0.1:3306); the database consolidator_demo is recreated.")] = None,
-    redis_url: Annotated[str, typer.Option(envvar="CONSOLIDATOR_REDIS_URL")] = "redis://127.0.0.1:6379/0",
+             "else mysql://root@127.0.0.1:3306).")] = None,
+    database_name: Annotated[str, typer.Option(
+        help="Demo database, DROPPED and recreated on every run.")] = "consolidator_demo",
+    redis_url: Annotated[str, typer.Option(envvar="CONSOLIDATOR_REDIS_URL", help="Redis for the flush lock.")
+                         ] = "redis://127.0.0.1:6379/0",
+    verbose: Annotated[bool, typer.Option("--verbose", help="Handler logs at WARNING; keep the work files.")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Run the whole product locally and check that nothing was lost or duplicated.
@@ -575,8 +580,9 @@ def demo(
     back. Exit 0 only when the invariant check passes."""
     from consolidator.demo import DemoConfig, run_demo
 
-    config = DemoConfig(warehouses=warehouses, orders=orders, poison=poison, seed=seed,
-                        database_url=database_url, redis_url=redis_url)
+    config = DemoConfig(warehouses=warehouses, orders=orders, poison=poison, seed=seed, bursts=bursts,
+                        database_url=database_url, database_name=database_name, redis_url=redis_url,
+                        verbose=verbose)
     try:
         result = run_demo(config, console=err if as_json else out)
     except ConfigurationError as exc:

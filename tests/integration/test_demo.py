@@ -1,0 +1,82 @@
+"""The local end-to-end demo in a reduced size (mock Kafka, real MariaDB and Redis, the real
+handlers), and proof that its exit code follows the invariant check."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pymysql
+import pytest
+from conftest import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER
+from typer.testing import CliRunner
+
+from consolidator.cli import app
+from consolidator.demo import runner as demo_runner
+from consolidator.demo.check import OutBatch, Produced, check
+
+SMALL = ["--warehouses", "4", "--orders", "150", "--poison", "3", "--bursts", "3"]
+REDIS_DB14 = "redis://127.0.0.1:6379/14"  # not the flush tests' db 15: no shared lock
+
+
+@pytest.fixture
+def demo_args():
+    name = f"consolidator_demo_test_{uuid.uuid4().hex[:8]}"
+    server = f"mysql://{MYSQL_USER}:{MYSQL_PASSWORD}@{MYSQL_HOST}:{MYSQL_PORT}/"
+    yield [*SMALL, "--database-url", server, "--database-name", name, "--redis-url", REDIS_DB14, "--json"]
+    with pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user=MYSQL_USER, password=MYSQL_PASSWORD,
+                         autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {name}")
+
+
+def run(args: list[str]):
+    result = CliRunner().invoke(app, ["demo", *args])
+    return result, json.loads(result.stdout) if result.stdout.strip().startswith("{") else None
+
+
+def test_demo_reduced_size_passes_its_invariant_check(demo_args):
+    result, summary = run(demo_args)
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert summary["passed"] and summary["problems"] == []
+    assert summary["messages_in"] == summary["valid_events"] + summary["poison_messages"]
+    assert summary["distinct_items"] == 150 and summary["poison_messages"] == 3
+    assert summary["dead_lettered"] == 3
+    assert 1 <= summary["batches_out"] < summary["valid_events"]
+    assert summary["compaction_ratio"] > 1
+    assert summary["batch_item_failures"] >= 1 and summary["partition_rereads"] >= 1  # dead-letter outage
+    assert summary["redelivered_invocations"] >= 0 and summary["flush_ticks"] >= 1
+    assert summary["elapsed_s"] < 180
+    assert "invariant check passed" in result.stderr
+
+
+def test_demo_exits_non_zero_when_a_batch_goes_missing(demo_args, monkeypatch):
+    real_read_output = demo_runner.read_output
+
+    def lose_one_batch(bootstrap: str, *args, **kwargs) -> list[OutBatch]:
+        batches = real_read_output(bootstrap, *args, **kwargs)
+        assert batches, "the demo published nothing"
+        return batches[1:]
+
+    monkeypatch.setattr(demo_runner, "read_output", lose_one_batch)
+    result, summary = run(demo_args)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert not summary["passed"]
+    assert any("in no batch" in p for p in summary["problems"])
+    assert "invariant check FAILED" in result.stderr
+
+
+def _batch(batch_id: str, offsets: list[int], group: str = "WH-1") -> OutBatch:
+    return OutBatch({"batch_id": batch_id, "group_key": group, "event_count": len(offsets),
+                     "members": [{"topic": "orders", "partition": 0, "offset": o} for o in offsets],
+                     "flush_reason": "idle"}, 1_000)
+
+
+def test_check_catches_an_event_under_two_batch_ids_and_coalescing_is_not_loss():
+    produced = [Produced(("orders", 0, o), 0, "WH-1", f"O{o % 2}", False) for o in range(3)]
+    # O0 at offsets 0 and 2: offset 0 was coalesced into 2, so one member covers both events.
+    good = check(produced, [OutBatch({**_batch("a", [1, 2]).message, "event_count": 3}, 1_000)], [])
+    assert good.passed, good.problems
+    bad = check(produced, [_batch("a", [1, 2]), _batch("b", [2])], [])
+    assert any("under two batch ids" in p for p in bad.problems)
+    poison = [*produced, Produced(("orders", 0, 3), 0, None, None, True)]
+    assert any("poison" in p for p in check(poison, [_batch("a", [0, 1, 2])], []).problems)
