@@ -523,6 +523,51 @@ class MySQLStore:
                 )
         return bool(changed)
 
+    def start_attempts(self, batch_ids: Sequence[str], now_ms: int) -> dict[str, int]:
+        """:meth:`start_attempt` for several batches in one transaction: attempt numbers of
+        those still CLAIMED (the others are absent from the result)."""
+        if not batch_ids:
+            return {}
+        marks = ", ".join(["%s"] * len(batch_ids))
+        with self.transaction() as cur:
+            cur.execute(
+                "UPDATE batches SET attempts = attempts + 1, last_attempt_ms = %s"
+                f" WHERE state = 'CLAIMED' AND batch_id IN ({marks})",
+                (now_ms, *batch_ids),
+            )
+            cur.execute(
+                f"SELECT batch_id, attempts FROM batches WHERE state = 'CLAIMED' AND batch_id IN ({marks})"
+                " ORDER BY batch_id",
+                tuple(batch_ids),
+            )
+            return {r["batch_id"]: int(r["attempts"]) for r in cur.fetchall()}
+
+    def mark_sent_many(self, batch_ids: Sequence[str], now_ms: int) -> set[str]:
+        """:meth:`mark_sent` for several batches in one transaction; returns the ids that were
+        CLAIMED and are now SENT (the others were finished elsewhere and are left alone)."""
+        if not batch_ids:
+            return set()
+        marks = ", ".join(["%s"] * len(batch_ids))
+        with self.transaction() as cur:
+            cur.execute(
+                f"SELECT batch_id FROM batches WHERE state = 'CLAIMED' AND batch_id IN ({marks})"
+                " ORDER BY batch_id FOR UPDATE",
+                tuple(batch_ids),
+            )
+            claimed = [r["batch_id"] for r in cur.fetchall()]
+            if claimed:
+                marks = ", ".join(["%s"] * len(claimed))
+                cur.execute(
+                    f"UPDATE batches SET state = 'SENT', finished_at_ms = %s WHERE state = 'CLAIMED'"
+                    f" AND batch_id IN ({marks})",
+                    (now_ms, *claimed),
+                )
+                cur.execute(
+                    f"UPDATE buffer_rows SET status = 'SENT' WHERE status = 'CLAIMED' AND batch_id IN ({marks})",
+                    tuple(claimed),
+                )
+        return set(claimed)
+
     def revive_dead_batch(self, batch_id_: str) -> bool:
         """DEAD -> CLAIMED with attempts reset, so the next flush tick re-publishes it under
         the same batch id (dead-letter redrive)."""
@@ -641,3 +686,26 @@ def _partition_name(name: str) -> str:
     if not name.replace("_", "").isalnum():
         raise StoreError(f"not a partition name: {name!r}")
     return name
+
+
+def recreate_database(params: ConnectionParams) -> None:
+    """Drop and create ``params.database`` (empty, utf8mb4_bin): for throwaway databases such
+    as the local demo's. Never point this at a database that holds anything you need."""
+    try:
+        connection = pymysql.connect(
+            host=params.host, port=params.port, user=params.user, password=params.password,
+            connect_timeout=5, autocommit=True,
+        )
+    except pymysql.err.MySQLError as exc:
+        raise StoreUnavailable(f"database unavailable: {exc}") from exc
+    name = params.database
+    if not name.replace("_", "").isalnum():
+        raise StoreError(f"not a plain database name: {name!r}")
+    try:
+        with connection.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    except pymysql.err.MySQLError as exc:
+        raise StoreError(f"could not recreate database {name!r}: {exc}") from exc
+    finally:
+        connection.close()
