@@ -34,9 +34,9 @@ class CrashingStore(MySQLStore):
             self._fire("after_claim")
         return batch
 
-    def mark_sent(self, batch_id_, now_ms):
+    def mark_sent_many(self, batch_ids, now_ms):
         self._fire("after_publish")
-        return super().mark_sent(batch_id_, now_ms)
+        return super().mark_sent_many(batch_ids, now_ms)
 
     @contextlib.contextmanager
     def transaction(self):

@@ -190,45 +190,51 @@ class FlushService:
         return rows
 
     def _deliver(self, batches: list[ClaimedBatch], report: TickReport) -> None:
-        """Publish, wait for confirmation, mark SENT (or count the failure)."""
+        """Count the attempts, publish, wait for confirmation, mark the confirmed ones SENT in one
+        conditional statement (or count the failures). A chunk whose mark fails stays CLAIMED
+        and is re-published, under the same ids, next tick."""
         if not batches:
+            return
+        try:
+            attempts = self.store.start_attempts([b.batch_id for b in batches], self.clock.now_ms())
+        except StoreUnavailable:
+            raise
+        except StoreError as error:
+            log.warning("attempts not recorded; batches stay CLAIMED for the next tick",
+                        extra={"batch_ids": [b.batch_id for b in batches], "error": str(error)})
             return
         pending: list[_Pending] = []
         for batch in batches:
-            try:
-                attempt = self.store.start_attempt(batch.batch_id, self.clock.now_ms())
-            except StoreUnavailable:
-                raise
-            except StoreError as error:
-                log.warning("attempt not recorded; batch stays CLAIMED for the next tick",
-                            extra={"batch_id": batch.batch_id, "error": str(error)})
-                continue
-            if attempt is None:
+            if batch.batch_id not in attempts:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms)
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
-            pending.append(_Pending(batch, attempt, encode(message)))
+            pending.append(_Pending(batch, attempts[batch.batch_id], encode(message)))
         if not pending:
             return
         errors = self.sink.publish([OutgoingBatch(p.batch.batch_id, p.batch.group_key, p.body)
                                     for p in pending])
+        delivered = [item for index, item in enumerate(pending) if index not in errors]
         for index, item in enumerate(pending):
-            batch = item.batch
             if index in errors:
                 self._failed(item, errors[index], report)
-                continue
-            published_at = self.clock.now_ms()
-            try:
-                marked = self.store.mark_sent(batch.batch_id, published_at)
-            except StoreUnavailable:
-                raise
-            except StoreError as error:
+        if not delivered:
+            return
+        published_at = self.clock.now_ms()
+        try:
+            marked = self.store.mark_sent_many([item.batch.batch_id for item in delivered], published_at)
+        except StoreUnavailable:
+            raise
+        except StoreError as error:
+            for item in delivered:
                 log.error("batch published but not marked; it will be re-published",
-                          extra={"batch_id": batch.batch_id, "error": str(error)})
-                continue
-            if not marked:
+                          extra={"batch_id": item.batch.batch_id, "error": str(error)})
+            return
+        for item in delivered:
+            batch = item.batch
+            if batch.batch_id not in marked:
                 log.info("batch published again after another flusher finished it",
                          extra={"batch_id": batch.batch_id})
             log.info("batch published", extra={"batch_id": batch.batch_id, "group_key": batch.group_key,

@@ -1,0 +1,199 @@
+"""Flush benchmark: drain PENDING rows in due groups through the flush service.
+
+Default: 100,000 rows in 200 groups (500 rows each = max_batch_size, so every group is due),
+drained to the file sink and to the librdkafka mock-cluster Kafka sink.
+Baseline measured in the same run on the same rows: the bare SQL work, i.e. read the rows'
+payloads and update their status in chunks of max_batch_size, one transaction per chunk.
+Prints a table of figures, then one JSON line including ratio_vs_sql_floor (file sink).
+Not part of the test suite: `make bench-flush` (`--quick` for a 10x smaller run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pymysql
+
+from consolidator.clock import ManualClock
+from consolidator.deadletter import FileDeadLetter
+from consolidator.events import Event, SourcePosition
+from consolidator.policy import Policy
+from consolidator.services.flush import FlushService
+from consolidator.sinks import Sink
+from consolidator.sinks.file import FileSink
+from consolidator.sinks.kafka import KafkaSink
+from consolidator.store.mysql import ConnectionParams, MySQLStore
+
+T0 = 1_795_000_000_000
+TARGET = 0.5
+
+
+def make_events(rows: int, groups: int) -> list[Event]:
+    """``rows`` distinct items spread evenly over ``groups`` groups, two skus each."""
+    events = []
+    for i in range(rows):
+        group = f"WH-{i % groups:04d}"
+        payload = json.dumps({"location_id": group, "order_id": f"O{i:08d}",
+                              "items": [{"sku": f"SKU-{i % 50}", "quantity": 1 + i % 9},
+                                        {"sku": f"SKU-{(i + 7) % 50}", "quantity": 2}]}).encode()
+        events.append(Event(SourcePosition("orders", i % 6, i // 6), T0 + i, group, f"O{i:08d}",
+                            ((f"SKU-{i % 50}", 1 + i % 9), (f"SKU-{(i + 7) % 50}", 2)), payload))
+    return events
+
+
+def reset_to_pending(store: MySQLStore) -> None:
+    """Undo a drain: every row PENDING again, no batches (benchmark set-up, not timed)."""
+    with store.transaction() as cur:
+        cur.execute("UPDATE buffer_rows SET status = 'PENDING', batch_id = NULL")
+        cur.execute("DELETE FROM batches")
+
+
+def sql_floor(store: MySQLStore, batch_size: int) -> tuple[float, int]:
+    """Bare SQL on the same rows: read payloads, update status, one transaction per chunk."""
+    started = time.perf_counter()
+    chunks = 0
+    with store.transaction() as cur:
+        cur.execute("SELECT DISTINCT group_key FROM buffer_rows WHERE status = 'PENDING' ORDER BY group_key")
+        groups = [r["group_key"] for r in cur.fetchall()]
+    for group in groups:
+        while True:
+            with store.transaction() as cur:
+                cur.execute(
+                    "SELECT id, bucket, items, src_topic, src_partition, src_offset FROM buffer_rows"
+                    " WHERE status = 'PENDING' AND group_key = %s ORDER BY first_seen_ms, pos_key LIMIT %s",
+                    (group, batch_size),
+                )
+                rows = cur.fetchall()
+                if rows:
+                    payloads = [json.loads(r["items"]) for r in rows]
+                    assert len(payloads) == len(rows)
+                    pairs = [v for r in rows for v in (r["id"], r["bucket"])]
+                    cur.execute(
+                        "UPDATE buffer_rows SET status = 'SENT' WHERE status = 'PENDING' AND (id, bucket) IN ("
+                        + ", ".join(["(%s, %s)"] * len(rows)) + ")",
+                        pairs,
+                    )
+                    chunks += 1
+            if len(rows) < batch_size:
+                break
+    return time.perf_counter() - started, chunks
+
+
+def drain(store: MySQLStore, sink: Sink, policy: Policy, tmp: Path, rows: int) -> tuple[float, int]:
+    clock = ManualClock(T0 + rows + policy.debounce_ms)
+    service = FlushService(store=store, sink=sink, dead_letter=FileDeadLetter(tmp / "dead.jsonl"),
+                           policy=policy, clock=clock, max_rows_per_tick=rows)
+    started = time.perf_counter()
+    batches = 0
+    while True:
+        report = service.tick()
+        if report.publish_failures or report.dead:
+            raise SystemExit(f"publish failures during the benchmark: {report}")
+        if not report.published:
+            break
+        batches += len(report.published)
+        clock.advance(policy.tick_interval_ms)
+    return time.perf_counter() - started, batches
+
+
+def check_drained(store: MySQLStore, rows: int) -> None:
+    counts = store.row_counts()
+    if counts != {"SENT": rows}:
+        raise SystemExit(f"not drained: {counts}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--groups", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=500, help="max_batch_size")
+    parser.add_argument("--quick", action="store_true", help="10,000 rows in 20 groups")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per variant; the best counts")
+    parser.add_argument("--no-kafka", action="store_true", help="skip the mock-cluster Kafka sink")
+    parser.add_argument("--database-url", default=os.environ.get(
+        "BENCH_DATABASE_URL", "mysql://root:@127.0.0.1:3306/consolidator_bench_flush"))
+    args = parser.parse_args()
+    if args.quick:
+        args.rows, args.groups = 10_000, 20
+
+    params = ConnectionParams.from_url(args.database_url)
+    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
+                         autocommit=True) as admin, admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {params.database}")
+        cur.execute(f"CREATE DATABASE {params.database} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    store = MySQLStore(params)
+    store.migrate(T0)
+    events = make_events(args.rows, args.groups)
+    loading = time.perf_counter()
+    for start in range(0, len(events), 5_000):
+        store.ingest(events[start:start + 5_000], T0 + start)
+    print(f"loaded {args.rows} PENDING rows in {args.groups} groups in {time.perf_counter() - loading:.1f} s",
+          file=sys.stderr)
+    policy = Policy(max_batch_size=args.batch_size)
+
+    mock_owner = None
+    variants = ["sql_floor", "file"]
+    if not args.no_kafka:
+        from confluent_kafka import Producer
+
+        mock_owner = Producer({"test.mock.num.brokers": 3})
+        bootstrap = ",".join(f"{b.host}:{b.port}" for b in mock_owner.list_topics(timeout=10).brokers.values())
+        variants.append("kafka")
+
+    best: dict[str, tuple[float, int]] = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for run in range(args.repeat):
+            for name in variants:
+                reset_to_pending(store)
+                if name == "sql_floor":
+                    seconds, batches = sql_floor(store, args.batch_size)
+                elif name == "file":
+                    out = tmp / f"batches-{run}.jsonl"
+                    seconds, batches = drain(store, FileSink(out), policy, tmp, args.rows)
+                    written = sum(1 for _ in out.open())
+                    if written != batches:
+                        raise SystemExit(f"file sink has {written} lines for {batches} batches")
+                else:
+                    sink = KafkaSink(bootstrap, f"bench-batches-{run}")
+                    seconds, batches = drain(store, sink, policy, tmp, args.rows)
+                    sink.close()
+                check_drained(store, args.rows)
+                print(f"{name:>10} run {run + 1}: {args.rows} rows, {batches} batches in {seconds:6.2f} s"
+                      f" = {args.rows / seconds:>8.0f} rows/s, {batches / seconds:>6.1f} batches/s",
+                      file=sys.stderr)
+                if name not in best or seconds < best[name][0]:
+                    best[name] = (seconds, batches)
+
+    rate = {name: args.rows / seconds for name, (seconds, _) in best.items()}
+    figures = {
+        "rows": args.rows, "groups": args.groups, "max_batch_size": args.batch_size,
+        "batches": best["file"][1],
+        "sql_floor_rows_per_s": round(rate["sql_floor"]),
+        "file_rows_per_s": round(rate["file"]),
+        "file_batches_per_s": round(best["file"][1] / best["file"][0], 1),
+        "ratio_vs_sql_floor": round(rate["file"] / rate["sql_floor"], 3),
+    }
+    if "kafka" in best:
+        figures |= {
+            "kafka_rows_per_s": round(rate["kafka"]),
+            "kafka_batches_per_s": round(best["kafka"][1] / best["kafka"][0], 1),
+            "kafka_ratio_vs_sql_floor": round(rate["kafka"] / rate["sql_floor"], 3),
+        }
+    figures["target_ratio_vs_sql_floor"] = TARGET
+    figures["meets_target"] = figures["ratio_vs_sql_floor"] >= TARGET
+    store.close()
+    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
+                         autocommit=True) as admin, admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {params.database}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
