@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 DEFAULTS = {
@@ -25,6 +28,9 @@ def build_session(app_name: str, master: str | None = None, extra: dict[str, str
     on a cluster (``master`` None, e.g. spark-submit on EMR) only :data:`DEFAULTS` are set."""
     from pyspark.sql import SparkSession
 
+    if master and master.startswith("local"):
+        # local workers must run this interpreter (the one that has consolidator installed)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     settings = dict(DEFAULTS)
     if master:
