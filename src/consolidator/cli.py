@@ -52,7 +52,8 @@ class _LazySubApp(TyperGroup):
             try:
                 module = importlib.import_module(module_name)
             except ImportError as exc:
-                say_error(f"'{self.name}' is not available", f"{exc}; install consolidator[{self.name}]")
+                hint = "" if (exc.name or "").startswith("consolidator") else f"; install consolidator[{self.name}]"
+                say_error(f"'{self.name}' is not available", f"{exc}{hint}")
                 raise typer.Exit(EXIT_USAGE) from None
             self._real = typer.main.get_command(getattr(module, attr))
         return self._real

@@ -288,3 +288,28 @@ def test_dlq_redrive_batches_republishes_dead_batches_once(flush_env, migrated, 
 
     second = cli_json(flush_env, "dlq", "redrive", "--batches")
     assert second["batches"]["revived"] == [] and second["ok"]
+
+
+def test_spark_sub_app_is_mounted_with_its_commands_and_options(monkeypatch):
+    import types
+
+    import typer
+
+    calls = []
+    fake = typer.Typer(no_args_is_help=True)
+
+    @fake.command()
+    def replay(path: str, speed: int = 1) -> None:
+        calls.append((path, speed))
+
+    @fake.command()
+    def stream() -> None:
+        calls.append("stream")
+
+    module = types.ModuleType("consolidator.spark.cli")
+    module.spark_app = fake
+    monkeypatch.setitem(sys.modules, "consolidator.spark.cli", module)
+    assert runner.invoke(app, ["spark", "replay", "in.jsonl", "--speed", "3"]).exit_code == 0
+    assert calls == [("in.jsonl", 3)]
+    assert runner.invoke(app, ["spark", "replay", "--bogus"]).exit_code == 2
+    assert "replay" in runner.invoke(app, ["spark", "--help"]).output
