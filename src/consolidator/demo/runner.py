@@ -132,6 +132,16 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
+def check_redis(url: str) -> None:
+    """Fail fast: without Redis every flush tick would be skipped and the demo would time out."""
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
+    except (redis.exceptions.RedisError, OSError) as exc:
+        raise DemoError(f"Redis is not reachable at {url} ({exc}); start it or pass --redis-url") from None
+
+
 # -- Kafka ------------------------------------------------------------------------------------
 
 
@@ -363,6 +373,7 @@ def run_demo(config: DemoConfig | None = None, console: Console | None = None) -
 
     console.print(f"[bold]Consolidator demo[/]: {config.orders} orders, {config.warehouses} warehouses, "
                   f"{config.poison} poison messages, {config.bursts} bursts")
+    check_redis(config.redis_url)
     recreate_database(ConnectionParams.from_url(database_url))
     monitor = MySQLStore.from_url(database_url)
     monitor.migrate(int(time.time() * 1000))
