@@ -349,11 +349,19 @@ def _read_dead_letter(url: str, limit: int) -> list[dict]:
     if isinstance(destination, FileDeadLetter):
         return destination.read()[:limit]
     entries: list[dict] = []
-    while len(entries) < limit:  # received messages stay invisible until their timeout: no repeats
-        chunk = destination.read(min(10, limit - len(entries)))
-        if not chunk:
+    seen: set[str] = set()
+    while len(entries) < limit:
+        # Received messages stay invisible until their visibility timeout; with a short timeout
+        # they come back, so stop at the first receive that brings nothing new.
+        fresh = []
+        for entry in destination.read(min(10, limit - len(entries))):
+            key = json.dumps(entry, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                fresh.append(entry)
+        if not fresh:
             break
-        entries.extend(chunk)
+        entries.extend(fresh)
     return entries
 
 

@@ -313,3 +313,30 @@ def test_spark_sub_app_is_mounted_with_its_commands_and_options(monkeypatch):
     assert calls == [("in.jsonl", 3)]
     assert runner.invoke(app, ["spark", "replay", "--bogus"]).exit_code == 2
     assert "replay" in runner.invoke(app, ["spark", "--help"]).output
+
+
+def test_dlq_list_and_redrive_from_an_sqs_dead_letter(env, migrated, monkeypatch):
+    import boto3
+    from moto import mock_aws
+
+    from consolidator.deadletter import SqsDeadLetter, poison_entry
+    from consolidator.events import PoisonEvent
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        queue_url = boto3.client("sqs", region_name="us-east-1").create_queue(
+            QueueName="dlq", Attributes={"VisibilityTimeout": "0"})["QueueUrl"]  # list, then redrive
+        url = "sqs://" + queue_url.removeprefix("https://").removeprefix("http://")
+        bad = record(21, order="TOO-BIG")
+        try:
+            decode(bad, FieldNames(), 20)
+        except PoisonEvent as error:
+            assert SqsDeadLetter(queue_url).send([poison_entry(bad, error, NOW)]) == set()
+        sqs_env = env | {"CONSOLIDATOR_DEAD_LETTER_URL": url}
+        listed = cli_json(sqs_env, "dlq", "list")
+        assert [e["reason"] for e in listed["entries"]] == ["too_large"]  # once, though it reappears
+        done = cli_json(sqs_env, "dlq", "redrive", "--from-dead-letter")
+        assert done["poison"]["stored"] == 1
+    assert sql(migrated, "SELECT item_id, src_offset FROM buffer_rows") == [{"item_id": "TOO-BIG", "src_offset": 21}]
