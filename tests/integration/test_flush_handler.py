@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -42,8 +43,18 @@ def flush_env(monkeypatch, database_url, tmp_path):
 def test_handler_ticks_until_the_invocation_ends_and_publishes_due_groups(flush_env, store, clock, capsys):
     clock.set(time.time_ns() // 1_000_000 - 400_000)  # ingested 400 s ago: idle (debounce 300 s)
     ingest(store, clock, [record(i, location=f"WH-{i % 2}", order=f"O{i}") for i in range(6)])
+    records: list[logging.LogRecord] = []
+    collector = logging.Handler(logging.INFO)
+    collector.emit = records.append
+    flush_log = logging.getLogger("consolidator.services.flush")
+    flush_log.addHandler(collector)
+    module = load_handler()
+    flush_log.setLevel(logging.INFO)
     started = time.monotonic()
-    result = load_handler().handler({}, LocalLambdaContext(timeout_ms=2_000))
+    try:
+        result = module.handler({}, LocalLambdaContext(timeout_ms=2_000))
+    finally:
+        flush_log.removeHandler(collector)
     elapsed = time.monotonic() - started
     assert result["published"] == 2 and result["dead"] == 0 and result["publish_failures"] == 0
     assert 4 <= result["ticks"] <= 8, result  # every 0.25 s, stopping before the deadline
@@ -55,9 +66,8 @@ def test_handler_ticks_until_the_invocation_ends_and_publishes_due_groups(flush_
     assert store.row_counts() == {"SENT": 6}
     logs = capsys.readouterr().out
     assert '"BatchesFlushed"' in logs, "Powertools metrics are emitted (EMF)"
-    batch_lines = [json.loads(line) for line in logs.splitlines()
-                   if line.startswith("{") and '"batch published"' in line]
-    assert sorted(line["batch_id"] for line in batch_lines) == sorted(m["batch_id"] for m in messages)
+    published_logs = [r for r in records if r.getMessage() == "batch published"]
+    assert sorted(r.batch_id for r in published_logs) == sorted(m["batch_id"] for m in messages)
 
 
 def test_handler_names_the_bad_variable(flush_env, monkeypatch):
