@@ -16,21 +16,29 @@ sys.path.insert(0, str(INFRA))
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "1")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
-from aws_cdk import App  # noqa: E402
-
-from consolidator_infra.config import environment_names, load_environment  # noqa: E402
-from consolidator_infra.stage import ConsolidatorStage  # noqa: E402
+from aws_cdk import App
+from consolidator_infra.config import environment_names, load_environment
+from consolidator_infra.stage import ConsolidatorStage
 
 # Asset metadata lets `sam local invoke -t cdk.out/...` find each function's code.
 CONTEXT = {"aws:cdk:enable-asset-metadata": True, "aws:cdk:enable-path-metadata": True}
 
 
-def build_app(names: list[str] | None = None, outdir: str | None = None, context: dict | None = None) -> App:
-    app = App(outdir=outdir or os.environ.get("CDK_OUTDIR") or str(INFRA.parent / "cdk.out"),
-              context={**CONTEXT, **(context or {})})
+def create_app(outdir: str | None = None, context: dict | None = None) -> App:
+    return App(outdir=outdir or os.environ.get("CDK_OUTDIR") or str(INFRA.parent / "cdk.out"),
+               context={**CONTEXT, **(context or {})})
+
+
+def add_stages(app: App, names: list[str] | None = None) -> list[ConsolidatorStage]:
+    """One ConsolidatorStage per environment: ``names``, else $CONSOLIDATOR_ENVIRONMENTS, else all."""
     selected = os.environ.get("CONSOLIDATOR_ENVIRONMENTS")
-    for name in names or (selected.split(",") if selected else environment_names()):
-        ConsolidatorStage(app, load_environment(name.strip()))
+    names = names or (selected.split(",") if selected else environment_names())
+    return [ConsolidatorStage(app, load_environment(name.strip())) for name in names]
+
+
+def build_app() -> App:
+    app = create_app()
+    add_stages(app)
     return app
 
 

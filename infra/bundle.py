@@ -86,7 +86,7 @@ def _install_dependencies(target: Path) -> None:
     for platform in PLATFORMS:
         command += ["--platform", platform]
     command += runtime_dependencies()
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BundleError(f"pip could not install the runtime dependencies:\n{result.stderr[-4000:]}")
     for name in RUNTIME_PROVIDED:

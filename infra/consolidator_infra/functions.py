@@ -20,7 +20,7 @@ from constructs import Construct
 from consolidator_infra.network import Network, retention_days
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import bundle  # noqa: E402  (infra/bundle.py, also a script)
+import bundle
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12  # must match bundle.PYTHON_VERSION (cp312 wheels)
 ARCHITECTURE = lambda_.Architecture.ARM_64  # must match bundle.PLATFORMS (aarch64 wheels)

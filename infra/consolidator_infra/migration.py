@@ -5,9 +5,8 @@ function's code (which carries the migrations) changes; migrations are idempoten
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import Duration, triggers
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import triggers
 from constructs import Construct, IConstruct
 
 

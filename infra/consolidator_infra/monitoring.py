@@ -37,10 +37,10 @@ class Monitored:
     cluster: rds.DatabaseCluster
 
 
-def product_metric(name: str, service: str, statistic: str = "Sum", period: Duration = Duration.minutes(1)) -> cw.Metric:
+def product_metric(name: str, service: str, statistic: str = "Sum", period: Duration | None = None) -> cw.Metric:
     return cw.Metric(
         namespace=NAMESPACE, metric_name=name, dimensions_map={"service": service},
-        statistic=statistic, period=period,
+        statistic=statistic, period=period or Duration.minutes(1),
     )
 
 

@@ -69,14 +69,14 @@ class Network(Construct):
         self.endpoint_sg: ec2.SecurityGroup | None = None
         if config.interface_endpoints:
             self.endpoint_sg = self._group("Endpoints", "VPC interface endpoints: HTTPS from the VPC")
-            self.endpoint_sg.add_ingress_rule(ec2.Peer.ipv4(self.vpc.vpc_cidr_block), ec2.Port.tcp(443), "HTTPS from the VPC")
+            self.endpoint_sg.add_ingress_rule(ec2.Peer.ipv4(config.vpc_cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
             for name, service in (
                 ("SecretsManager", ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER),
                 ("Sqs", ec2.InterfaceVpcEndpointAwsService.SQS),
             ):
                 self.vpc.add_interface_endpoint(
                     name, service=service, subnets=self.function_subnets, security_groups=[self.endpoint_sg],
-                    private_dns_enabled=True,
+                    private_dns_enabled=True, open=False,  # ingress: the rule above
                 )
 
     @property
@@ -118,4 +118,4 @@ def retention_days(days: int) -> logs.RetentionDays:
     return logs.RetentionDays.TEN_YEARS
 
 
-__all__ = ["KAFKA_IAM_PORT", "MYSQL_PORT", "Network", "REDIS_PORT", "retention_days"]
+__all__ = ["KAFKA_IAM_PORT", "MYSQL_PORT", "REDIS_PORT", "Network", "retention_days"]

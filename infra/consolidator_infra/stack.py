@@ -10,15 +10,20 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from consolidator_infra.cache import Cache
-from consolidator_infra.config import EnvironmentConfig, EventBridgeSinkConfig, KafkaSinkConfig, SqsSinkConfig
+from consolidator_infra.config import (
+    EnvironmentConfig,
+    EventBridgeSinkConfig,
+    KafkaSinkConfig,
+    SqsSinkConfig,
+)
 from consolidator_infra.database import Database
 from consolidator_infra.dead_letter import DeadLetterQueues
 from consolidator_infra.functions import FunctionFactory
 from consolidator_infra.ingest_source import IngestEventSource
 from consolidator_infra.migration import MigrationTrigger
 from consolidator_infra.monitoring import Monitored, Monitoring
-from consolidator_infra.network import Network
 from consolidator_infra.nag import suppress_findings
+from consolidator_infra.network import Network
 from consolidator_infra.schedules import Schedules
 
 P = "CONSOLIDATOR_"
@@ -52,7 +57,7 @@ class ConsolidatorStack(Stack):
             f"{P}DEAD_LETTER_URL": self.dead_letters.url,
         }
         net = self.network
-        kafka_cidr = (config.msk.broker_cidr or net.vpc.vpc_cidr_block) if isinstance(config.sink, KafkaSinkConfig) else None
+        kafka_cidr = (config.msk.broker_cidr or config.network.vpc_cidr) if isinstance(config.sink, KafkaSinkConfig) else None
 
         self.ingest = self.functions.build(
             "ingest", description="MSK records -> MySQL buffer (partial batch failures)",

@@ -1,0 +1,80 @@
+"""The environment model: every shipped environment loads; bad input fails with named fields."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infra"))
+
+from consolidator_infra.config import (
+    ConfigError,
+    EventBridgeSinkConfig,
+    SqsSinkConfig,
+    environment_names,
+    load_environment,
+)
+
+pytestmark = pytest.mark.infra
+
+
+def test_shipped_environments_load():
+    assert {"dev", "staging", "prod"} <= set(environment_names())
+    for name in environment_names():
+        config = load_environment(name)
+        assert config.name == name
+        assert config.msk.retry_attempts >= 0 and config.msk.max_record_age_seconds > 0
+    assert load_environment("prod").database.deletion_protection is True
+    assert load_environment("prod").removal_policy == "retain"
+
+
+def _write(tmp_path: Path, name: str, **changes) -> Path:
+    data = json.loads(load_environment("dev").model_dump_json())
+    data["name"] = name
+    for dotted, value in changes.items():
+        target = data
+        *parents, leaf = dotted.split("__")
+        for part in parents:
+            target = target[part]
+        target[leaf] = value
+    (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"msk__cluster_arn": "arn:aws:kafka:eu-west-1:1:cluster"}, "msk.cluster_arn"),
+        ({"msk__maximum_pollers": 1, "msk__minimum_pollers": 3}, "maximum_pollers must be >= minimum_pollers"),
+        ({"msk__retry_attempts": -1}, "msk.retry_attempts"),
+        ({"region": "us-east-1"}, "is in eu-west-1"),
+        ({"account": "111111111111"}, "availability_zones is required"),
+        ({"database__min_capacity": 8, "database__max_capacity": 2}, "max_capacity"),
+        ({"functions__flush_timeout_seconds": 60}, "functions.flush_timeout_seconds"),
+        ({"network__vpc_id": "vpc-0abc"}, "imported VPC needs"),
+        ({"unknown": 1}, "unknown"),
+    ],
+)
+def test_invalid_environment_names_the_field(tmp_path, changes, message):
+    directory = _write(tmp_path, "bad", **changes)
+    with pytest.raises(ConfigError, match="bad.json") as error:
+        load_environment("bad", directory)
+    assert message in str(error.value)
+
+
+def test_missing_environment_file(tmp_path):
+    with pytest.raises(ConfigError, match="no environment file nope.json"):
+        load_environment("nope", tmp_path)
+
+
+def test_sink_urls():
+    config = load_environment("dev")
+    assert config.sink_url().startswith("kafka://") and config.sink_url().endswith("?auth=iam&region=eu-west-1")
+    sqs = config.model_copy(update={"sink": SqsSinkConfig(queue_arn="arn:aws:sqs:eu-west-1:111111111111:batches")})
+    assert sqs.sink_url() == "sqs://sqs.eu-west-1.amazonaws.com/111111111111/batches"
+    bus = config.model_copy(update={"sink": EventBridgeSinkConfig(
+        event_bus_arn="arn:aws:events:eu-west-1:111111111111:event-bus/orders")})
+    assert bus.sink_url() == "events://orders?source=consolidator"
