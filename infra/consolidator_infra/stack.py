@@ -116,7 +116,11 @@ class ConsolidatorStack(Stack):
         self.schedules = Schedules(
             self, "Schedules", flush=self.flush, cleanup=self.cleanup, cleanup_hour_utc=fn.cleanup_schedule_hour_utc,
         )
-        self.migration = MigrationTrigger(self, "Migration", function=self.migrate, after=[self.database.cluster])
+        # After the cluster and its instances, and after the whole network: the security-group
+        # rules that let the migrate function reach MySQL and Secrets Manager live there.
+        self.migration = MigrationTrigger(
+            self, "Migration", function=self.migrate, after=[self.database.cluster, self.network],
+        )
         self.monitoring = Monitoring(
             self, "Monitoring", config=config.alarms, policy=policy, environment=config.name,
             targets=Monitored(
@@ -148,7 +152,9 @@ class ConsolidatorStack(Stack):
             ))
 
     def _spark(self):
-        """The optional EMR Serverless application (``emr_serverless.py``, owned by the Spark work)."""
+        """The optional EMR Serverless application, ``consolidator_infra/emr_serverless.py``
+        (owned by the Spark work). Contract: ``attach(stack: ConsolidatorStack) -> Construct``;
+        it may use ``stack.config``, ``stack.network``, ``stack.database`` and ``stack.monitoring``."""
         if importlib.util.find_spec("consolidator_infra.emr_serverless") is None:
             raise RuntimeError("spark is enabled but consolidator_infra/emr_serverless.py does not exist")
         from consolidator_infra import emr_serverless

@@ -301,3 +301,9 @@ def test_migrations_run_on_deploy_after_the_database(env):
     assert cluster in trigger["DependsOn"]
     writer = next(k for k in env.resources("AWS::RDS::DBInstance"))
     assert writer in trigger["DependsOn"]
+    migrate_sg = env.stack.resolve(env.stack.migrate.connections.security_groups[0].node.default_child.logical_id)
+    database_sg = env.logical_id(env.stack.network.database_sg)
+    rule = next(k for k, r in env.resources("AWS::EC2::SecurityGroupIngress").items()
+                if r["Properties"]["GroupId"] == {"Fn::GetAtt": [database_sg, "GroupId"]}
+                and r["Properties"]["SourceSecurityGroupId"] == {"Fn::GetAtt": [migrate_sg, "GroupId"]})
+    assert rule in trigger["DependsOn"]  # it can reach MySQL when it runs
