@@ -85,12 +85,11 @@ def run_load_data(store: MySQLStore, rows: list[tuple], tmp: str) -> float:
         return v.hex() if isinstance(v, bytes) else str(v)
 
     with open(path, "w") as out:
-        for row in rows:
-            out.write("\t".join(field(v) for v in row) + "\n")
+        out.writelines("\t".join(field(v) for v in row) + "\n" for row in rows)
     started = time.perf_counter()
     with store.transaction() as cur:
         cur.execute(
-            f"LOAD DATA LOCAL INFILE %s IGNORE INTO TABLE buffer_rows (bucket, group_key, item_id, @pos,"
+            "LOAD DATA LOCAL INFILE %s IGNORE INTO TABLE buffer_rows (bucket, group_key, item_id, @pos,"
             " src_topic, src_partition, src_offset, record_ts_ms, items, first_seen_ms, last_update_ms)"
             " SET pos_key = UNHEX(@pos)", (path,))
     return time.perf_counter() - started

@@ -13,8 +13,9 @@ class StoreError(ConsolidatorError):
     """A statement failed (bad data, constraint, deadlock). Other records may still succeed."""
 
 
-class StoreUnavailable(StoreError):
-    """The database cannot be reached; nothing was written by the failing call."""
+class StoreUnavailable(ConsolidatorError):
+    """The database cannot be reached; nothing was written by the failing call.
+    Not a :class:`StoreError`: retrying other records against a missing server is pointless."""
 
 
 class DeliveryError(ConsolidatorError):

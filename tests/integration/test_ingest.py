@@ -8,11 +8,11 @@ import random
 
 import boto3
 import pytest
+from conftest import T0, record, sql
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from conftest import T0, record, sql
 from consolidator.deadletter import FileDeadLetter, SqsDeadLetter
 from consolidator.events import FieldNames, PoisonReason
 from consolidator.msk import event_from_records

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import sql
+
 from consolidator.errors import ConfigurationError
 from consolidator.lambda_context import LocalLambdaContext
 

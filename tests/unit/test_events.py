@@ -2,7 +2,15 @@ import json
 
 import pytest
 
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition, bucket_of, decode
+from consolidator.events import (
+    FieldNames,
+    KafkaRecord,
+    PoisonEvent,
+    PoisonReason,
+    SourcePosition,
+    bucket_of,
+    decode,
+)
 
 NAMES = FieldNames()
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from consolidator.batch import build_message, encode
 from consolidator.clock import Clock
 from consolidator.deadletter import DeadLetter, dead_batch_entry
-from consolidator.errors import LockUnavailable, StoreError, StoreUnavailable
+from consolidator.errors import LockUnavailable, StoreError
 from consolidator.lock import RedisLock
 from consolidator.policy import FlushReason, GroupStats, Policy, due_groups, due_reason
 from consolidator.services.ingest import MetricsRecorder, NoMetrics
@@ -135,8 +135,6 @@ class FlushService:
             while reason is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
                 try:
                     batch = self.store.claim(group.group_key, reason, self.policy.max_batch_size, now)
-                except StoreUnavailable:
-                    raise
                 except StoreError as error:
                     log.warning("claim skipped this tick", extra={"group_key": group.group_key,
                                                                   "error": str(error)})
@@ -167,8 +165,6 @@ class FlushService:
                 break
             try:
                 batch = self.store.load_batch(head["batch_id"])
-            except StoreUnavailable:
-                raise
             except StoreError as error:
                 log.warning("claimed batch not loaded; retried next tick",
                             extra={"batch_id": head["batch_id"], "error": str(error)})
@@ -197,8 +193,6 @@ class FlushService:
             return
         try:
             attempts = self.store.start_attempts([b.batch_id for b in batches], self.clock.now_ms())
-        except StoreUnavailable:
-            raise
         except StoreError as error:
             log.warning("attempts not recorded; batches stay CLAIMED for the next tick",
                         extra={"batch_ids": [b.batch_id for b in batches], "error": str(error)})
@@ -225,8 +219,6 @@ class FlushService:
         published_at = self.clock.now_ms()
         try:
             marked = self.store.mark_sent_many([item.batch.batch_id for item in delivered], published_at)
-        except StoreUnavailable:
-            raise
         except StoreError as error:
             for item in delivered:
                 log.error("batch published but not marked; it will be re-published",
@@ -257,8 +249,6 @@ class FlushService:
                                                                   "attempt": item.attempt, "error": error})
         try:
             self.store.record_failure(batch.batch_id, error)
-        except StoreUnavailable:
-            raise
         except StoreError as store_error:  # only the error text is lost; attempts were counted
             log.warning("publish error not recorded", extra={"batch_id": batch.batch_id,
                                                              "error": str(store_error)})
@@ -275,8 +265,6 @@ class FlushService:
             return
         try:
             marked = self.store.mark_dead(batch.batch_id, now, error)
-        except StoreUnavailable:
-            raise
         except StoreError as store_error:
             log.error("dead-lettered batch not marked DEAD; retried next tick (duplicate entry possible)",
                       extra={"batch_id": batch.batch_id, "error": str(store_error)})
