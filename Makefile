@@ -23,5 +23,10 @@ bench-flush: setup
 bench-replay: setup
 	$(PY) bench/bench_replay.py
 
+synth: setup
+	$(PY) infra/bundle.py
+	$(PY) infra/app.py
+	.venv/bin/cfn-lint --ignore-checks W3005 -- cdk.out/assembly-*/*.template.json
+
 lint: setup
 	.venv/bin/ruff check src functions infra tests bench

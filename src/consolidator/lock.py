@@ -38,8 +38,12 @@ class RedisLock:
         self._release = client.register_script(_RELEASE)
 
     @classmethod
-    def from_url(cls, url: str, ttl_ms: int, key: str = DEFAULT_KEY, timeout_s: float = 2.0) -> RedisLock:
-        client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    def from_url(
+        cls, url: str, ttl_ms: int, key: str = DEFAULT_KEY, timeout_s: float = 2.0, password: str | None = None
+    ) -> RedisLock:
+        """``password`` (an AUTH token) overrides one given in the URL."""
+        options = {"password": password} if password else {}
+        client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, **options)
         return cls(client, ttl_ms, key)
 
     @property

@@ -100,6 +100,9 @@ class FlushSettings(_Policy, _DeadLetter, _Fields, _Base):
     """What the flush function needs."""
 
     redis_url: str = Field(description="redis://host:6379/0 or rediss:// for TLS")
+    redis_auth_secret_arn: str | None = Field(
+        None, description="Secrets Manager secret whose string is the Redis AUTH token"
+    )
     sink_url: str = Field(description="kafka://, sqs://, events:// or file:// destination of batches")
     max_attempts: int = Field(5, ge=1)
     lock_ttl_seconds: float = Field(60, gt=0, description="Redis lock TTL; set it to the flush timeout")

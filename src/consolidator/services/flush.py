@@ -299,6 +299,7 @@ class FlushService:
 
 def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> FlushService:
     """Wire the service from :class:`~consolidator.settings.FlushSettings`."""
+    from consolidator.aws_secrets import secret_string
     from consolidator.clock import SystemClock
     from consolidator.deadletter import dead_letter_from_url
     from consolidator.sinks import sink_from_url
@@ -313,5 +314,7 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
         max_attempts=settings.max_attempts,
         max_rows_per_tick=settings.max_rows_per_tick,
         metrics=metrics or NoMetrics(),
-        lock=RedisLock.from_url(settings.redis_url, ttl_ms=round(settings.lock_ttl_seconds * 1000)),
+        lock=RedisLock.from_url(settings.redis_url, ttl_ms=round(settings.lock_ttl_seconds * 1000),
+                                password=secret_string(arn) if (arn := settings.redis_auth_secret_arn) else None),
     )
+

@@ -13,7 +13,6 @@ def open_store(database_url: str | None, database_secret_arn: str | None = None)
         return MySQLStore(ConnectionParams.from_url(database_url))
     if not database_secret_arn:
         raise ValueError("a database URL or secret ARN is required")
-    import boto3
+    from consolidator.aws_secrets import secret_string
 
-    secret = boto3.client("secretsmanager").get_secret_value(SecretId=database_secret_arn)
-    return MySQLStore(ConnectionParams.from_secret(json.loads(secret["SecretString"])))
+    return MySQLStore(ConnectionParams.from_secret(json.loads(secret_string(database_secret_arn))))
