@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import T0, record, sql
+from support import T0, record, sql
 
 from consolidator.events import FieldNames, decode
 from consolidator.lambda_context import LocalLambdaContext

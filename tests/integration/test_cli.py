@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import record, sql
+from support import record, sql
 from typer.testing import CliRunner
 
 from consolidator.cli import app
@@ -223,7 +223,7 @@ def test_spark_subcommand_is_imported_lazily():
 @pytest.fixture
 def flush_env(env, tmp_path, monkeypatch) -> dict[str, str]:
     import redis
-    from conftest import REDIS_URL
+    from support import REDIS_URL
 
     redis.Redis.from_url(REDIS_URL).delete("consolidator:flush-lock")
     values = env | {"CONSOLIDATOR_REDIS_URL": REDIS_URL,

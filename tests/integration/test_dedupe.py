@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 import redis
-from conftest import REDIS_URL
+from support import REDIS_URL
 
 from consolidator.dedupe import Outcome, RedisDedupe
 from consolidator.errors import LockUnavailable

@@ -8,7 +8,7 @@ import uuid
 
 import pymysql
 import pytest
-from conftest import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER
+from support import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER
 from typer.testing import CliRunner
 
 from consolidator.cli import app

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import redis
-from conftest import REDIS_URL, record, sql
+from support import REDIS_URL, record, sql
 
 from consolidator.batch import load_schema
 from consolidator.clock import ManualClock

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from conftest import T0
+from support import T0
 from test_flush import RecordingSink, assert_invariants, ingest, make_service, orders
 
 from consolidator.policy import Policy

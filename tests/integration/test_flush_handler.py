@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import REDIS_URL, record
+from support import REDIS_URL, record
 from test_flush import VALIDATOR, ingest
 
 from consolidator.errors import ConfigurationError

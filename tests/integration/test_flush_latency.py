@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from datetime import datetime
 
-from conftest import T0, record
+from support import T0, record
 from test_flush import RecordingSink, assert_invariants, ingest, make_service
 
 from consolidator.policy import Policy

@@ -7,7 +7,7 @@ import threading
 import time
 
 import redis
-from conftest import REDIS_URL
+from support import REDIS_URL
 from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service, orders
 
 from consolidator.lock import RedisLock

@@ -8,10 +8,10 @@ import random
 
 import boto3
 import pytest
-from conftest import T0, record, sql
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
+from support import T0, record, sql
 
 from consolidator.deadletter import FileDeadLetter, SqsDeadLetter
 from consolidator.events import FieldNames, PoisonReason

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import sql
+from support import sql
 
 from consolidator.errors import ConfigurationError
 from consolidator.lambda_context import LocalLambdaContext

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 import redis
-from conftest import REDIS_URL
+from support import REDIS_URL
 
 from consolidator.errors import LockUnavailable
 from consolidator.lock import RedisLock

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 
 class MockKafka:
