@@ -1,4 +1,4 @@
-"""Monitoring: the alarms of the runbook (docs/deploy.md) and one dashboard.
+"""Monitoring: the alarms of the runbook (README.md, Alarms) and one dashboard.
 
 Product metrics come from Powertools EMF in namespace ``Consolidator`` with dimension
 ``service`` = ingest | flush | cleanup. Every alarm notifies the alarm topic (created,
@@ -24,7 +24,7 @@ from constructs import Construct
 from consolidator_infra.config import AlarmConfig, PolicyConfig
 
 NAMESPACE = "Consolidator"
-RUNBOOK = "docs/deploy.md#alarms"
+RUNBOOK = "README.md#alarms"
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ def suppress_findings(stack: ConsolidatorStack) -> None:
     NagSuppressions.add_resource_suppressions(stack.cache.auth_secret, [NagPackSuppression(
         id="AwsSolutions-SMG4",
         reason="Rotating an ElastiCache AUTH token needs a coordinated ROTATE then SET update of "
-               "the replication group; it is a runbook procedure (docs/deploy.md), not an "
+               "the replication group; it is a runbook procedure (README.md, Secrets), not an "
                "automatic Secrets Manager rotation.",
     )])
     if config.cache.replicas == 0:

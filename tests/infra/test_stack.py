@@ -209,7 +209,7 @@ def test_every_alarm_exists_with_its_threshold(env):
         assert alarm["MetricName"] == metric, name
         assert alarm["Threshold"] == threshold, name
         assert alarm["AlarmActions"], name
-        assert "Runbook: docs/deploy.md#alarms" in alarm["AlarmDescription"]
+        assert "Runbook: README.md#alarms" in alarm["AlarmDescription"]
     assert alarms["FlushTicksSkipped"]["EvaluationPeriods"] == config.skipped_ticks_minutes
     assert alarms["FlushTicksSkipped"]["Dimensions"] == [{"Name": "service", "Value": "flush"}]
     assert alarms["FlushNotRunning"]["TreatMissingData"] == "breaching"
