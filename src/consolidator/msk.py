@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import binascii
 from collections.abc import Iterable
 
 from consolidator.events import KafkaRecord, SourcePosition
 
 
 def _b64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text)
+    return None if text is None else binascii.a2b_base64(text)
 
 
 def records_from_event(event: dict) -> list[KafkaRecord]:
@@ -19,18 +20,13 @@ def records_from_event(event: dict) -> list[KafkaRecord]:
     records = []
     for batch in event.get("records", {}).values():
         for r in batch:
-            headers = tuple(
-                (name, bytes(value)) for header in r.get("headers") or () for name, value in header.items()
-            )
+            headers = r.get("headers")
             records.append(
                 KafkaRecord(
-                    topic=r["topic"],
-                    partition=int(r["partition"]),
-                    offset=int(r["offset"]),
-                    timestamp_ms=int(r["timestamp"]),
-                    key=_b64(r.get("key")),
-                    value=_b64(r.get("value")),
-                    headers=headers,
+                    r["topic"], int(r["partition"]), int(r["offset"]), int(r["timestamp"]),
+                    _b64(r.get("key")), _b64(r.get("value")),
+                    tuple((name, bytes(value)) for header in headers for name, value in header.items())
+                    if headers else (),
                 )
             )
     return records
