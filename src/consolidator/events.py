@@ -107,6 +107,13 @@ def bucket_of(timestamp_ms: int) -> int:
     return moment.year * 100 + moment.month
 
 
+def months_after(bucket: int, months: int) -> int:
+    """``bucket`` (YYYYMM) moved ``months`` forward (negative: backward)."""
+    year, month = divmod(bucket, 100)
+    index = year * 12 + (month - 1) + months
+    return (index // 12) * 100 + index % 12 + 1
+
+
 def _identifier(value: object, name: str, missing: PoisonReason, bad: PoisonReason) -> str:
     if value is None or value == "":
         raise PoisonEvent(missing, f"field {name!r} is missing or empty")

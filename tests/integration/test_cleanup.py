@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from support import T0, record, sql
 
-from consolidator.events import FieldNames, decode
+from consolidator.events import FieldNames, decode, months_after
 from consolidator.lambda_context import LocalLambdaContext
 from consolidator.policy import FlushReason
-from consolidator.services.cleanup import CleanupService, months_after
+from consolidator.services.cleanup import CleanupService
 
 REPO = Path(__file__).resolve().parents[2]
 OCT_2026 = int(datetime(2026, 10, 15, tzinfo=UTC).timestamp() * 1000)  # bucket 202610

@@ -15,13 +15,12 @@ from typer.testing import CliRunner
 
 from consolidator.cli import app
 from consolidator.clock import SystemClock
-from consolidator.events import FieldNames, decode
-from consolidator.services.cleanup import months_after
-from consolidator.store.mysql import MySQLStore, bucket_at, previous_bucket
+from consolidator.events import FieldNames, bucket_of, decode, months_after
+from consolidator.store.mysql import MySQLStore
 
 runner = CliRunner()
 NOW = SystemClock().now_ms()
-MONTH = bucket_at(NOW)
+MONTH = bucket_of(NOW)
 LAST_MONTH_MS = NOW - 40 * 86_400_000  # a timestamp in an earlier month's partition
 
 
@@ -110,7 +109,7 @@ def test_status_shows_pending_groups_batches_and_partitions(env, migrated):
     assert all(g["oldest_age_s"] >= 0 for g in document["groups"])
     assert document["claimed"] == [] and document["dead"] == []
     names = [p["name"] for p in document["partitions"]]
-    assert names == [f"p{previous_bucket(MONTH)}", f"p{MONTH}", "pmax"]
+    assert names == [f"p{months_after(MONTH, -1)}", f"p{MONTH}", "pmax"]
     assert {p["name"]: p["unsent_rows"] for p in document["partitions"]}[f"p{MONTH}"] == 3
     human = cli(env, "status")
     assert human.exit_code == 0 and "WH-1" in human.stdout and "PENDING 3" in human.stdout
@@ -125,10 +124,10 @@ def test_partitions_ensure_list_and_idempotence(env, migrated):
 
 
 def test_partitions_drop_refuses_with_unsent_rows_and_says_how_many(env, migrated):
-    old = f"p{previous_bucket(MONTH)}"
+    old = f"p{months_after(MONTH, -1)}"
     ingest(migrated, 1, "A1", timestamp_ms=LAST_MONTH_MS)
     ingest(migrated, 2, "A2", timestamp_ms=LAST_MONTH_MS)
-    assert bucket_at(LAST_MONTH_MS) < MONTH
+    assert bucket_of(LAST_MONTH_MS) < MONTH
 
     within = cli_json(env, "partitions", "drop", old, exit_code=1)  # within the retention
     assert within["dropped"] == [] and "--force" in within["errors"][0]["error"]

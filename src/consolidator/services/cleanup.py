@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from consolidator.clock import Clock
+from consolidator.events import bucket_of, months_after
 from consolidator.services.ingest import MetricsRecorder, NoMetrics
-from consolidator.store.mysql import MySQLStore, PartitionInfo, bucket_at
+from consolidator.store.mysql import MySQLStore, PartitionInfo
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,6 @@ class CleanupReport:
         return asdict(self)
 
 
-def months_after(bucket: int, months: int) -> int:
-    """``bucket`` (YYYYMM) moved ``months`` forward (negative: backward)."""
-    year, month = divmod(bucket, 100)
-    index = year * 12 + (month - 1) + months
-    return (index // 12) * 100 + index % 12 + 1
-
-
 def expired(partition: PartitionInfo, keep_from: int) -> bool:
     """True when every month the partition can hold is before ``keep_from``."""
     return partition.less_than is not None and partition.less_than <= keep_from
@@ -68,7 +62,7 @@ class CleanupService:
 
     def plan(self) -> CleanupReport:
         """The months this run works with, nothing changed."""
-        month = bucket_at(self.clock.now_ms())
+        month = bucket_of(self.clock.now_ms())
         return CleanupReport(
             month=month,
             ensured_through=months_after(month, self.partitions_ahead),

@@ -18,7 +18,6 @@ import json
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pymysql
@@ -28,7 +27,7 @@ from pymysql.converters import escape_string
 
 from consolidator.batch import Member, batch_id
 from consolidator.errors import StoreError, StoreUnavailable
-from consolidator.events import Event, SourcePosition
+from consolidator.events import Event, SourcePosition, bucket_of, months_after
 from consolidator.policy import FlushReason, GroupStats
 
 # Client error codes meaning "the server is not there" rather than "this statement is wrong".
@@ -103,30 +102,15 @@ class PartitionInfo:
 
     @property
     def holds_until_bucket(self) -> int | None:
-        return None if self.less_than is None else previous_bucket(self.less_than)
-
-
-def next_bucket(bucket: int) -> int:
-    year, month = divmod(bucket, 100)
-    return (year + 1) * 100 + 1 if month == 12 else bucket + 1
-
-
-def previous_bucket(bucket: int) -> int:
-    year, month = divmod(bucket, 100)
-    return (year - 1) * 100 + 12 if month == 1 else bucket - 1
-
-
-def bucket_at(epoch_ms: int) -> int:
-    moment = datetime.fromtimestamp(epoch_ms / 1000, UTC)
-    return moment.year * 100 + moment.month
+        return None if self.less_than is None else months_after(self.less_than, -1)
 
 
 def _partition_clause(first_bucket: int) -> str:
     """Initial layout: everything before ``first_bucket``, its month, and MAXVALUE."""
     return (
         f"PARTITION BY RANGE (bucket) ("
-        f"PARTITION p{previous_bucket(first_bucket)} VALUES LESS THAN ({first_bucket}), "
-        f"PARTITION p{first_bucket} VALUES LESS THAN ({next_bucket(first_bucket)}), "
+        f"PARTITION p{months_after(first_bucket, -1)} VALUES LESS THAN ({first_bucket}), "
+        f"PARTITION p{first_bucket} VALUES LESS THAN ({months_after(first_bucket, 1)}), "
         f"PARTITION {MAXVALUE_PARTITION} VALUES LESS THAN MAXVALUE)"
     )
 
@@ -336,7 +320,7 @@ class MySQLStore:
             cur.execute("SELECT version FROM schema_migrations ORDER BY version")
             done = {row["version"] for row in cur.fetchall()}
         applied = []
-        for version, description, statements in _migrations(bucket_at(now_ms)):
+        for version, description, statements in _migrations(bucket_of(now_ms)):
             if version in done:
                 continue
             with self.transaction() as cur:
@@ -625,8 +609,8 @@ class MySQLStore:
             bucket = bounded[-1].less_than if bounded else last_bucket
             new = []
             while bucket <= last_bucket:
-                new.append(f"PARTITION p{bucket} VALUES LESS THAN ({next_bucket(bucket)})")
-                bucket = next_bucket(bucket)
+                new.append(f"PARTITION p{bucket} VALUES LESS THAN ({months_after(bucket, 1)})")
+                bucket = months_after(bucket, 1)
             if not new:
                 continue
             with self.transaction() as cur:
