@@ -1,0 +1,230 @@
+"""``consolidator spark ...``: run the streaming aggregator or a replay, or start the streaming
+job on EMR Serverless. Also the entry point of ``spark-submit`` (``python -m consolidator.spark``).
+
+Policy settings default to the Lambda path's environment variables (``CONSOLIDATOR_DEBOUNCE_MS``
+and friends), so both engines run the same policy unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from consolidator.events import FieldNames
+from consolidator.policy import Policy
+
+spark_app = typer.Typer(help="Spark jobs: streaming aggregator, policy replay, EMR Serverless.",
+                        no_args_is_help=True, add_completion=False)
+
+_DEFAULT = Policy()
+DebounceOpt = Annotated[int, typer.Option("--debounce-ms", envvar="CONSOLIDATOR_DEBOUNCE_MS")]
+HardOpt = Annotated[int, typer.Option("--hard-window-ms", envvar="CONSOLIDATOR_HARD_WINDOW_MS")]
+SizeOpt = Annotated[int, typer.Option("--max-batch-size", envvar="CONSOLIDATOR_MAX_BATCH_SIZE")]
+TickOpt = Annotated[int, typer.Option("--tick-interval-ms", envvar="CONSOLIDATOR_TICK_INTERVAL_MS",
+                                      help="Replay tick grid (the flush function's tick).")]
+MasterOpt = Annotated[str | None, typer.Option(
+    "--master", help="e.g. local[2]; leave unset under spark-submit / EMR.")]
+SourceOpt = Annotated[str, typer.Option(
+    "--source", help="Kafka reader: auto (Spark's kafka connector if present), spark or python.")]
+GroupField = Annotated[str, typer.Option("--group-key-field", envvar="CONSOLIDATOR_GROUP_KEY_FIELD")]
+ItemField = Annotated[str, typer.Option("--item-id-field", envvar="CONSOLIDATOR_ITEM_ID_FIELD")]
+ItemsField = Annotated[str, typer.Option("--items-field", envvar="CONSOLIDATOR_ITEMS_FIELD")]
+MaxBytes = Annotated[int, typer.Option("--max-event-bytes", envvar="CONSOLIDATOR_MAX_EVENT_BYTES")]
+KafkaOpts = Annotated[list[str] | None, typer.Option(
+    "--kafka-option", help="key=value passed to the Kafka reader (e.g. kafka.security.protocol=SSL).")]
+
+
+def _pairs(values: list[str] | None) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for value in values or []:
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected key=value, got {value!r}", param_hint="--kafka-option")
+        pairs.append((key, rest))
+    return tuple(pairs)
+
+
+def _ints(values: str, option: str) -> list[int]:
+    try:
+        parsed = [int(v) for v in values.split(",") if v.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"comma-separated integers expected, got {values!r}", param_hint=option) from None
+    if not parsed:
+        raise typer.BadParameter("at least one value", param_hint=option)
+    return parsed
+
+
+@spark_app.command()
+def stream(
+    bootstrap_servers: Annotated[str, typer.Option("--bootstrap-servers", envvar="CONSOLIDATOR_KAFKA_BOOTSTRAP")],
+    topic: Annotated[str, typer.Option("--topic", envvar="CONSOLIDATOR_SOURCE_TOPIC")],
+    sink_url: Annotated[str, typer.Option("--sink-url", envvar="CONSOLIDATOR_SINK_URL")],
+    dead_letter_url: Annotated[str, typer.Option("--dead-letter-url", envvar="CONSOLIDATOR_DEAD_LETTER_URL")],
+    checkpoint: Annotated[str, typer.Option("--checkpoint", help="Checkpoint directory (s3://... on EMR).")],
+    debounce_ms: DebounceOpt = _DEFAULT.debounce_ms,
+    hard_window_ms: HardOpt = _DEFAULT.hard_window_ms,
+    max_batch_size: SizeOpt = _DEFAULT.max_batch_size,
+    trigger_ms: Annotated[int, typer.Option("--trigger-ms")] = 5_000,
+    starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
+    max_offsets_per_trigger: Annotated[int | None, typer.Option("--max-offsets-per-trigger")] = None,
+    source: SourceOpt = "auto",
+    kafka_option: KafkaOpts = None,
+    group_key_field: GroupField = "location_id",
+    item_id_field: ItemField = "order_id",
+    items_field: ItemsField = "items",
+    max_event_bytes: MaxBytes = 262_144,
+    master: MasterOpt = None,
+) -> None:
+    """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
+    from consolidator.spark.session import build_session
+    from consolidator.spark.streaming import StreamConfig, start
+
+    config = StreamConfig(
+        bootstrap_servers=bootstrap_servers, topic=topic, sink_url=sink_url, dead_letter_url=dead_letter_url,
+        checkpoint=checkpoint,
+        policy=Policy(debounce_ms, hard_window_ms, max_batch_size),
+        names=FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field),
+        max_event_bytes=max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
+        max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
+    )
+    spark = build_session("consolidator-stream", master=master)
+    query = start(spark, config)
+    typer.echo(f"streaming {topic} -> {sink_url} (checkpoint {checkpoint}); Ctrl-C to stop", err=True)
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+
+
+@spark_app.command()
+def replay(
+    out: Annotated[Path, typer.Option("--out", help="Output directory: batches/, dead_letter/, report/.")],
+    input_path: Annotated[str | None, typer.Option("--input", help="JSON lines or Parquet of records.")] = None,
+    input_format: Annotated[str, typer.Option("--format", help="json, parquet or kafka")] = "json",
+    bootstrap_servers: Annotated[str | None, typer.Option("--bootstrap-servers")] = None,
+    topic: Annotated[str | None, typer.Option("--topic")] = None,
+    starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
+    ending_offsets: Annotated[str, typer.Option("--ending-offsets")] = "latest",
+    debounce_ms: Annotated[str, typer.Option("--debounce-ms", help="Comma-separated candidates.")] = str(
+        _DEFAULT.debounce_ms),
+    hard_window_ms: Annotated[str, typer.Option("--hard-window-ms", help="Comma-separated candidates.")] = str(
+        _DEFAULT.hard_window_ms),
+    max_batch_size: Annotated[str, typer.Option("--max-batch-size", help="Comma-separated candidates.")] = str(
+        _DEFAULT.max_batch_size),
+    tick_interval_ms: TickOpt = _DEFAULT.tick_interval_ms,
+    source: SourceOpt = "auto",
+    kafka_option: KafkaOpts = None,
+    group_key_field: GroupField = "location_id",
+    item_id_field: ItemField = "order_id",
+    items_field: ItemsField = "items",
+    max_event_bytes: MaxBytes = 262_144,
+    master: MasterOpt = None,
+) -> None:
+    """Replay history under a grid of policies; writes batches and a Markdown/HTML report with a chart."""
+    from consolidator.spark.replay import policy_grid, replay as run_replay, write_outputs
+    from consolidator.spark.report import compute_figures, write_report
+    from consolidator.spark.session import build_session
+    from consolidator.spark.source import kafka_reader
+    from consolidator.spark.transforms import read_record_files, records
+
+    policies = policy_grid(_ints(debounce_ms, "--debounce-ms"), _ints(hard_window_ms, "--hard-window-ms"),
+                           _ints(max_batch_size, "--max-batch-size"), tick_interval_ms)
+    spark = build_session("consolidator-replay", master=master)
+    if input_format == "kafka":
+        if not (bootstrap_servers and topic):
+            raise typer.BadParameter("--format kafka needs --bootstrap-servers and --topic")
+        options = {"startingOffsets": starting_offsets, "endingOffsets": ending_offsets, **dict(_pairs(kafka_option))}
+        frame = records(kafka_reader(spark, bootstrap_servers, topic, streaming=False, prefer=source,
+                                     options=options).load())
+    elif input_path:
+        frame = read_record_files(spark, input_path, input_format)
+    else:
+        raise typer.BadParameter("--input is required unless --format kafka")
+    names = FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field)
+    result = run_replay(frame, policies, names, max_event_bytes).persist()
+    try:
+        write_outputs(result, str(out))
+        figures = compute_figures(result, policies)
+    finally:
+        result.unpersist()
+    paths = write_report(figures, out / "report")
+    for f in figures:
+        typer.echo(f"{f.policy}: {f.messages_in} in, {f.batches_out} batches, compaction {f.compaction_ratio}, "
+                   f"p95 latency {f.latency_p95_ms / 1000:.1f} s, dead-lettered {f.dead_lettered}")
+    typer.echo(f"report: {paths['markdown']} ({paths['html'].name}, {paths['chart'].name})")
+
+
+def start_job_run_request(
+    *, application_id: str, execution_role_arn: str, code_uri: str, checkpoint_uri: str, stream_args: list[str],
+    name: str = "consolidator-stream", kafka_package: str = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.2",
+    log_uri: str | None = None,
+) -> dict:
+    """The ``StartJobRun`` request for the streaming job (``mode=STREAMING``: EMR Serverless
+    restarts it from the S3 checkpoint after a failure). ``code_uri`` holds ``entry.py`` and
+    ``venv.tar.gz`` (the consolidator wheel and its runtime dependencies, without pyspark)."""
+    code_uri = code_uri.rstrip("/")
+    python = "./environment/bin/python"
+    submit = [
+        f"--conf spark.archives={code_uri}/venv.tar.gz#environment",
+        f"--conf spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON={python}",
+        f"--conf spark.emr-serverless.driverEnv.PYSPARK_PYTHON={python}",
+        f"--conf spark.executorEnv.PYSPARK_PYTHON={python}",
+        f"--conf spark.jars.packages={kafka_package}",
+        "--conf spark.sql.streaming.stateStore.providerClass="
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    ]
+    request: dict = {
+        "applicationId": application_id,
+        "executionRoleArn": execution_role_arn,
+        "name": name,
+        "mode": "STREAMING",
+        "retryPolicy": {"maxFailedAttemptsPerHour": 5},
+        "jobDriver": {"sparkSubmit": {
+            "entryPoint": f"{code_uri}/entry.py",
+            "entryPointArguments": ["stream", "--source", "spark", "--checkpoint", checkpoint_uri, *stream_args],
+            "sparkSubmitParameters": " ".join(submit),
+        }},
+    }
+    if log_uri:
+        request["configurationOverrides"] = {
+            "monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": log_uri}}}
+    return request
+
+
+@spark_app.command("emr-submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def emr_submit(
+    ctx: typer.Context,
+    application_id: Annotated[str, typer.Option("--application-id", envvar="CONSOLIDATOR_EMR_APPLICATION_ID")],
+    execution_role_arn: Annotated[str, typer.Option("--execution-role-arn", envvar="CONSOLIDATOR_EMR_JOB_ROLE_ARN")],
+    bucket: Annotated[str, typer.Option("--bucket", envvar="CONSOLIDATOR_EMR_BUCKET",
+                                        help="Bucket of the EMR construct (code/, checkpoints/, logs/).")],
+    name: Annotated[str, typer.Option("--name")] = "consolidator-stream",
+    submit: Annotated[bool, typer.Option("--submit", help="Call StartJobRun instead of printing it.")] = False,
+    region: Annotated[str | None, typer.Option("--region")] = None,
+) -> None:
+    """Print (or with --submit, call) StartJobRun for the streaming job. Arguments after ``--``
+    go to ``stream`` (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...)."""
+    request = start_job_run_request(
+        application_id=application_id, execution_role_arn=execution_role_arn,
+        code_uri=f"s3://{bucket}/code", checkpoint_uri=f"s3://{bucket}/checkpoints/{name}",
+        stream_args=list(ctx.args), name=name, log_uri=f"s3://{bucket}/logs/",
+    )
+    if not submit:
+        typer.echo(json.dumps(request, indent=2))
+        typer.echo("# or: aws emr-serverless start-job-run --cli-input-json " + shlex.quote(json.dumps(request)),
+                   err=True)
+        return
+    import boto3
+
+    response = boto3.client("emr-serverless", region_name=region).start_job_run(**request)
+    typer.echo(json.dumps({"jobRunId": response["jobRunId"], "applicationId": response["applicationId"],
+                           "arn": response.get("arn")}))
+
+
+def main() -> None:
+    spark_app(prog_name="consolidator spark", args=sys.argv[1:])

@@ -1,0 +1,129 @@
+"""Streaming aggregator on the mock Kafka cluster: idle, hard window, full, poison, and a
+micro-batch re-run from the checkpoint republishing the same batch ids."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from consolidator.batch import batch_id
+from consolidator.events import SourcePosition
+from consolidator.policy import Policy
+from consolidator.spark.streaming import BatchWriter, StreamConfig, start
+
+pytestmark = pytest.mark.spark
+
+
+def order(location: str, order_id: str, quantity: int = 1) -> bytes:
+    return json.dumps({"location_id": location, "order_id": order_id,
+                       "items": [{"sku": "SKU-1", "quantity": quantity}]}).encode()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def read_lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_for(condition, query, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise query.exception()
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.5)
+    raise AssertionError(f"condition not met within {timeout_s} s; last progress {query.lastProgress}")
+
+
+def test_idle_hard_window_full_and_poison(spark, kafka, tmp_path):
+    topic = kafka.topic("orders")
+    out, dead = tmp_path / "batches.jsonl", tmp_path / "dead.jsonl"
+    config = StreamConfig(kafka.bootstrap, topic, f"file://{out}", f"file://{dead}", str(tmp_path / "ckpt"),
+                          policy=Policy(debounce_ms=3_000, hard_window_ms=8_000, max_batch_size=3,
+                                        tick_interval_ms=1_000),
+                          trigger_ms=250, source="python")
+    # warm-up: the first micro-batch starts the Python workers and the state store (seconds on
+    # a busy machine); the timed scenario starts once it is done.
+    kafka.produce(topic, [(b"W", order("W", "w1"), now_ms())], partition=0)
+    query = start(spark, config)
+    wait_for(lambda: any(p["numInputRows"] for p in query.recentProgress), query, timeout_s=120)
+    kafka.produce(topic, [(b"Q", order("Q", "q1"), now_ms()), (b"Q", order("Q", "q2"), now_ms()),
+                          *[(b"F", order("F", f"f{i}"), now_ms()) for i in range(4)],
+                          (b"X", b"\xffjunk", now_ms())], partition=0)
+    stop = threading.Event()
+
+    def trickle() -> None:  # one order of group T every 0.5 s: never idle, so the hard window fires
+        i = 0
+        while not stop.is_set():
+            kafka.produce(topic, [(b"T", order("T", "t1", i), now_ms())], partition=1)
+            i += 1
+            stop.wait(0.5)
+
+    producer = threading.Thread(target=trickle, daemon=True)
+    producer.start()
+    try:
+        def done():
+            batches = read_lines(out)
+            reasons = {(b["group_key"], b["flush_reason"]) for b in batches}
+            wanted = {("Q", "idle"), ("F", "full"), ("T", "hard_window")}
+            return batches if wanted <= reasons and read_lines(dead) else None
+
+        batches = wait_for(done, query, timeout_s=150)
+    finally:
+        stop.set()
+        producer.join()
+        query.stop()
+
+    by_group = {}
+    for b in batches:
+        by_group.setdefault(b["group_key"], []).append(b)
+    assert [(b["flush_reason"], b["item_ids"]) for b in by_group["Q"]] == [("idle", ["q1", "q2"])]
+    full = by_group["F"][0]
+    assert (full["flush_reason"], full["item_ids"], [m["offset"] for m in full["members"]]) == (
+        "full", ["f0", "f1", "f2"], [3, 4, 5])
+    assert full["batch_id"] == batch_id("F", [SourcePosition(topic, 0, o) for o in (3, 4, 5)])
+    hard = by_group["T"][0]
+    assert hard["flush_reason"] == "hard_window" and hard["item_ids"] == ["t1"] and hard["event_count"] > 1
+    # the newest event of the coalesced row wins: its quantity is the last offset's
+    assert hard["items"] == [{"sku": "SKU-1", "quantity": hard["members"][0]["offset"]}]
+    [entry] = read_lines(dead)
+    assert (entry["reason"], entry["source"]["offset"], entry["kind"]) == ("not_utf8", 7, "poison")
+
+
+def test_a_micro_batch_rerun_from_the_checkpoint_republishes_the_same_batch_ids(spark, kafka, tmp_path):
+    topic, out_topic = kafka.topic("orders"), kafka.topic("batches")
+    config = StreamConfig(kafka.bootstrap, topic, f"kafka://{kafka.bootstrap}/{out_topic}",
+                          f"file://{tmp_path / 'dead.jsonl'}", str(tmp_path / "ckpt"),
+                          policy=Policy(debounce_ms=600_000, hard_window_ms=600_000, max_batch_size=2),
+                          trigger_ms=250, source="python")
+    kafka.produce(topic, [(b"G", order("G", f"o{i}"), now_ms()) for i in range(4)], partition=0)
+
+    class CrashAfterPublishing(BatchWriter):
+        def __call__(self, df, epoch_id):
+            super().__call__(df, epoch_id)
+            if not df.isEmpty():
+                raise RuntimeError(f"crash after publishing micro-batch {epoch_id}")
+
+    query = start(spark, config, writer=CrashAfterPublishing(config.sink_url, config.dead_letter_url))
+    with pytest.raises(Exception, match="crash after publishing"):
+        query.awaitTermination(150)
+    first = sorted(json.loads(m.value())["batch_id"] for m in kafka.consume_all(out_topic))
+
+    query = start(spark, config)  # same checkpoint: the failed micro-batch runs again
+    try:
+        wait_for(lambda: len(kafka.consume_all(out_topic)) >= 4, query, timeout_s=120)
+    finally:
+        query.stop()
+    published = [json.loads(m.value()) for m in kafka.consume_all(out_topic)]
+    expected = sorted(batch_id("G", [SourcePosition(topic, 0, a), SourcePosition(topic, 0, a + 1)])
+                      for a in (0, 2))
+    assert first == expected
+    assert sorted(m["batch_id"] for m in published) == sorted(expected * 2)
+    assert {m["flush_reason"] for m in published} == {"full"}
