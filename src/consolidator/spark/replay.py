@@ -118,31 +118,42 @@ BATCH, DEAD_LETTER, SUMMARY = "batch", "dead_letter", "summary"
 
 
 def _group_function(policies: Sequence[NamedPolicy]):
-    import pandas as pd
+    """The per-group Arrow function: Arrow in and out, no pandas on the hot path."""
+    import pyarrow as pa
 
     from consolidator.spark.transforms import POISON_GROUP, parse_items
 
-    columns = [c.split()[0] for c in OUTPUT_SCHEMA.split(",")]
+    out_schema = pa.schema([
+        ("kind", pa.string()), ("policy", pa.string()), ("group_key", pa.string()), ("batch_id", pa.string()),
+        ("reason", pa.string()), ("flushed_at_ms", pa.int64()), ("members", pa.int32()),
+        ("event_count", pa.int64()), ("latencies_ms", pa.list_(pa.int64())), ("body", pa.string()),
+        ("records_in", pa.int64()), ("replayed", pa.int64()),
+    ])
 
-    def run(pdf: pd.DataFrame) -> pd.DataFrame:
-        group_key = pdf["group_key"].iloc[0]
+    def table(rows: list[tuple]) -> pa.Table:
+        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in out_schema]
+        return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, out_schema, strict=True)],
+                                    schema=out_schema)
+
+    def run(data: pa.Table) -> pa.Table:
+        cols = data.to_pydict()
+        group_key = cols["group_key"][0]
         rows: list[tuple] = []
         if group_key == POISON_GROUP:
             for topic, partition, offset, ts, key, value, reason, detail in zip(
-                pdf["topic"], pdf["partition"], pdf["offset"], pdf["timestamp_ms"], pdf["key"],
-                pdf["value"], pdf["poison_reason"], pdf["poison_detail"], strict=True,
+                cols["topic"], cols["partition"], cols["offset"], cols["timestamp_ms"], cols["key"],
+                cols["value"], cols["poison_reason"], cols["poison_detail"], strict=True,
             ):
-                record = KafkaRecord(topic, int(partition), int(offset), int(ts), key, value)
-                entry = poison_entry(record, PoisonEvent(PoisonReason(reason), detail), int(ts))
+                record = KafkaRecord(topic, partition, offset, ts, key, value)
+                entry = poison_entry(record, PoisonEvent(PoisonReason(reason), detail), ts)
                 rows.append((DEAD_LETTER, None, None, None, reason, None, None, None, None,
                              encode(entry).decode(), 1, 0))
-            return pd.DataFrame(rows, columns=columns)
+            return table(rows)
         events = [
-            BufferedEvent(SourcePosition(topic, int(partition), int(offset)), int(ts), item_id,
-                          parse_items(items))
+            BufferedEvent(SourcePosition(topic, partition, offset), ts, item_id, parse_items(items))
             for topic, partition, offset, ts, item_id, items in zip(
-                pdf["topic"], pdf["partition"], pdf["offset"], pdf["timestamp_ms"],
-                pdf["item_id"], pdf["items"], strict=True,
+                cols["topic"], cols["partition"], cols["offset"], cols["timestamp_ms"],
+                cols["item_id"], cols["items"], strict=True,
             )
         ]
         replayed = 0
@@ -155,7 +166,7 @@ def _group_function(policies: Sequence[NamedPolicy]):
                              encode(b.message).decode(), None, None))
         rows.append((SUMMARY, None, group_key, None, None, None, None, None, None, None, len(events),
                      replayed))
-        return pd.DataFrame(rows, columns=columns)
+        return table(rows)
 
     return run
 
@@ -173,7 +184,7 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = Fiel
     if len(set(names_seen)) != len(names_seen):
         raise ValueError(f"policy names must be unique: {names_seen}")
     decoded = decode(records_df, names, max_event_bytes)
-    return decoded.groupBy("group_key").applyInPandas(_group_function(policies), OUTPUT_SCHEMA)
+    return decoded.groupBy("group_key").applyInArrow(_group_function(policies), OUTPUT_SCHEMA)
 
 
 def write_outputs(result, out_dir: str) -> None:

@@ -1,0 +1,114 @@
+"""Optional: the Spark streaming aggregator on EMR Serverless.
+
+One construct: an S3 bucket (``code/`` for ``entry.py`` and ``venv.tar.gz``, ``checkpoints/``
+for the streaming state, ``logs/``), an EMR Serverless Spark application (AWS runtime for Apache
+Spark 4, auto start/stop, capped capacity, in the VPC when given), and the job role. The job role
+is scoped to exactly what the job does: read code, read/write checkpoints, write logs, connect to
+the MSK cluster with IAM, read the source topic, write the output topic, use its own consumer
+groups, and send to the dead-letter queue. ``consolidator spark emr-submit`` starts the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration, Fn, RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_emrserverless as emr
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+RELEASE_LABEL = "emr-spark-8.0.0"  # Apache Spark 4.0.x: transformWithStateInPandas
+
+
+def _msk_arn(cluster_arn: str, kind: str, name: str) -> str:
+    """``arn:...:cluster/<name>/<uuid>`` -> ``arn:...:<kind>/<name>/<uuid>/<name>`` (tokens allowed)."""
+    parts = Fn.split(":cluster/", cluster_arn)
+    return Fn.join("", [Fn.select(0, parts), f":{kind}/", Fn.select(1, parts), f"/{name}"])
+
+
+class SparkOnEmrServerless(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        msk_cluster_arn: str,
+        source_topic: str,
+        output_topic: str,
+        dead_letter_queue: sqs.IQueue | None = None,
+        vpc: ec2.IVpc | None = None,
+        subnet_type: ec2.SubnetType = ec2.SubnetType.PRIVATE_WITH_EGRESS,
+        security_groups: Sequence[ec2.ISecurityGroup] = (),
+        max_vcpu: str = "16 vCPU",
+        max_memory: str = "64 GB",
+        release_label: str = RELEASE_LABEL,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+    ) -> None:
+        super().__init__(scope, id)
+        self.bucket = s3.Bucket(
+            self, "Bucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            versioned=True,
+            removal_policy=removal_policy,
+            auto_delete_objects=False,
+            lifecycle_rules=[
+                s3.LifecycleRule(prefix="logs/", expiration=Duration.days(30)),
+                s3.LifecycleRule(noncurrent_version_expiration=Duration.days(7)),
+            ],
+        )
+
+        network = None
+        if vpc is not None:
+            self.security_group = ec2.SecurityGroup(self, "SecurityGroup", vpc=vpc, allow_all_outbound=True,
+                                                    description="EMR Serverless Spark aggregator")
+            groups = [self.security_group, *security_groups]
+            network = emr.CfnApplication.NetworkConfigurationProperty(
+                subnet_ids=vpc.select_subnets(subnet_type=subnet_type).subnet_ids,
+                security_group_ids=[g.security_group_id for g in groups],
+            )
+        self.application = emr.CfnApplication(
+            self, "Application",
+            release_label=release_label,
+            type="SPARK",
+            name=f"{id.lower()}-aggregator",
+            auto_start_configuration=emr.CfnApplication.AutoStartConfigurationProperty(enabled=True),
+            auto_stop_configuration=emr.CfnApplication.AutoStopConfigurationProperty(
+                enabled=True, idle_timeout_minutes=15),
+            maximum_capacity=emr.CfnApplication.MaximumAllowedResourcesProperty(cpu=max_vcpu, memory=max_memory),
+            network_configuration=network,
+        )
+
+        self.job_role = iam.Role(
+            self, "JobRole",
+            assumed_by=iam.ServicePrincipal("emr-serverless.amazonaws.com").with_conditions({
+                "StringEquals": {"aws:SourceAccount": self.application.stack.account},
+                "ArnLike": {"aws:SourceArn": self.application.attr_arn},
+            }),
+            description="Consolidator Spark job on EMR Serverless: code, checkpoints, MSK topics, DLQ",
+        )
+        self.bucket.grant_read(self.job_role, "code/*")
+        self.bucket.grant_read_write(self.job_role, "checkpoints/*")
+        self.bucket.grant_put(self.job_role, "logs/*")
+        self.job_role.add_to_policy(iam.PolicyStatement(
+            actions=["kafka-cluster:Connect", "kafka-cluster:DescribeCluster"], resources=[msk_cluster_arn]))
+        self.job_role.add_to_policy(iam.PolicyStatement(
+            actions=["kafka-cluster:DescribeTopic", "kafka-cluster:ReadData"],
+            resources=[_msk_arn(msk_cluster_arn, "topic", source_topic)]))
+        self.job_role.add_to_policy(iam.PolicyStatement(
+            actions=["kafka-cluster:DescribeTopic", "kafka-cluster:WriteData"],
+            resources=[_msk_arn(msk_cluster_arn, "topic", output_topic)]))
+        self.job_role.add_to_policy(iam.PolicyStatement(  # Spark's source and our reader use these
+            actions=["kafka-cluster:AlterGroup", "kafka-cluster:DescribeGroup"],
+            resources=[_msk_arn(msk_cluster_arn, "group", "spark-kafka-source-*"),
+                       _msk_arn(msk_cluster_arn, "group", "consolidator-spark-*")]))
+        if dead_letter_queue is not None:
+            dead_letter_queue.grant_send_messages(self.job_role)
+
+    @property
+    def code_uri(self) -> str:
+        return f"s3://{self.bucket.bucket_name}/code"
