@@ -123,6 +123,8 @@ def replay(
     item_id_field: ItemField = "order_id",
     items_field: ItemsField = "items",
     max_event_bytes: MaxBytes = 262_144,
+    exact_grouping: Annotated[bool, typer.Option(
+        "--exact-grouping", help="Decode in a separate pass before grouping (slower, never refuses).")] = False,
     master: MasterOpt = None,
 ) -> None:
     """Replay history under a grid of policies; writes batches and a Markdown/HTML report with a chart."""
@@ -146,7 +148,7 @@ def replay(
     else:
         raise typer.BadParameter("--input is required unless --format kafka")
     names = FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field)
-    result = run_replay(frame, policies, names, max_event_bytes).persist()
+    result = run_replay(frame, policies, names, max_event_bytes, exact_grouping).persist()
     try:
         write_outputs(result, str(out))
         figures = compute_figures(result, policies)

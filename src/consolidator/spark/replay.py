@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 
 from consolidator.batch import Member, build_message, encode
 from consolidator.deadletter import poison_entry
+from consolidator.errors import ConsolidatorError
 from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
+from consolidator.events import decode as decode_record
 from consolidator.policy import FlushReason, Policy, next_tick_ms
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
 
@@ -114,11 +116,17 @@ OUTPUT_SCHEMA = (
     " flushed_at_ms long, members int, event_count long, latencies_ms array<long>, body string,"
     " records_in long, replayed long"
 )
-BATCH, DEAD_LETTER, SUMMARY = "batch", "dead_letter", "summary"
+BATCH, DEAD_LETTER, SUMMARY, MISROUTED = "batch", "dead_letter", "summary", "misrouted"
 
 
-def _group_function(policies: Sequence[NamedPolicy]):
-    """The per-group Arrow function: Arrow in and out, no pandas on the hot path."""
+class ReplayRoutingError(ConsolidatorError):
+    """Fast-path grouping disagreed with ``events.decode`` for some records (see :func:`replay`)."""
+
+
+def _group_function(policies: Sequence[NamedPolicy], names: FieldNames, max_event_bytes: int, decoded: bool):
+    """The per-group Arrow function (no pandas on the hot path). With ``decoded`` the input is
+    :data:`~consolidator.spark.transforms.DECODED_SCHEMA`; otherwise raw records with a
+    ``group_key`` read by Spark, decoded here with ``events.decode`` and checked against it."""
     import pyarrow as pa
 
     from consolidator.spark.transforms import POISON_GROUP, parse_items
@@ -135,27 +143,49 @@ def _group_function(policies: Sequence[NamedPolicy]):
         return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, out_schema, strict=True)],
                                     schema=out_schema)
 
+    def dead_letter(record: KafkaRecord, error: PoisonEvent) -> tuple:
+        entry = poison_entry(record, error, record.timestamp_ms)
+        return (DEAD_LETTER, None, None, None, str(error.reason), None, None, None, None,
+                encode(entry).decode(), 1, 0)
+
+    def events_of(cols: dict, group_key: str, rows: list[tuple]) -> list[BufferedEvent]:
+        events = []
+        if decoded:
+            for topic, partition, offset, ts, key, value, item_id, items, reason, detail in zip(
+                cols["topic"], cols["partition"], cols["offset"], cols["timestamp_ms"], cols["key"],
+                cols["value"], cols["item_id"], cols["items"], cols["poison_reason"], cols["poison_detail"],
+                strict=True,
+            ):
+                if reason is not None:
+                    rows.append(dead_letter(KafkaRecord(topic, partition, offset, ts, key, value),
+                                            PoisonEvent(PoisonReason(reason), detail)))
+                else:
+                    events.append(BufferedEvent(SourcePosition(topic, partition, offset), ts, item_id,
+                                                parse_items(items)))
+            return events
+        for topic, partition, offset, ts, key, value in zip(
+            cols["topic"], cols["partition"], cols["offset"], cols["timestamp_ms"], cols["key"], cols["value"],
+            strict=True,
+        ):
+            record = KafkaRecord(topic, partition, offset, ts, key, value)
+            try:
+                event = decode_record(record, names, max_event_bytes)
+            except PoisonEvent as error:
+                rows.append(dead_letter(record, error))
+                continue
+            if event.group_key != group_key:
+                rows.append((MISROUTED, None, event.group_key, None, None, None, None, None, None, None, 1, 0))
+                continue
+            events.append(BufferedEvent(event.position, ts, event.item_id, event.items))
+        return events
+
     def run(data: pa.Table) -> pa.Table:
         cols = data.to_pydict()
         group_key = cols["group_key"][0]
         rows: list[tuple] = []
-        if group_key == POISON_GROUP:
-            for topic, partition, offset, ts, key, value, reason, detail in zip(
-                cols["topic"], cols["partition"], cols["offset"], cols["timestamp_ms"], cols["key"],
-                cols["value"], cols["poison_reason"], cols["poison_detail"], strict=True,
-            ):
-                record = KafkaRecord(topic, partition, offset, ts, key, value)
-                entry = poison_entry(record, PoisonEvent(PoisonReason(reason), detail), ts)
-                rows.append((DEAD_LETTER, None, None, None, reason, None, None, None, None,
-                             encode(entry).decode(), 1, 0))
+        events = events_of(cols, group_key, rows)
+        if group_key == POISON_GROUP and not events:
             return table(rows)
-        events = [
-            BufferedEvent(SourcePosition(topic, partition, offset), ts, item_id, parse_items(items))
-            for topic, partition, offset, ts, item_id, items in zip(
-                cols["topic"], cols["partition"], cols["offset"], cols["timestamp_ms"],
-                cols["item_id"], cols["items"], strict=True,
-            )
-        ]
         replayed = 0
         for named in policies:
             result = simulate_group(group_key, events, named.policy)
@@ -172,19 +202,45 @@ def _group_function(policies: Sequence[NamedPolicy]):
 
 
 def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = FieldNames(),
-           max_event_bytes: int = 262_144):
+           max_event_bytes: int = 262_144, exact_grouping: bool = False):
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`) -> one frame of batches,
     dead letters and per-group summaries (:data:`OUTPUT_SCHEMA`) for every policy at once:
-    the input is decoded and shuffled once, each group simulated under each policy."""
-    from consolidator.spark.transforms import decode
+    the input is shuffled once, each group simulated under each policy.
+
+    Fast path (default): Spark reads the group key with ``get_json_object`` for the shuffle and
+    each record is decoded once, inside its group, by ``events.decode``; a record whose decoded
+    key differs (duplicate JSON keys, ``-0``) comes out as ``misrouted`` and
+    :func:`check_routing` refuses the result. ``exact_grouping`` decodes in a separate pass
+    first and groups by the decoded key: always exact, slower."""
+    from pyspark.sql import functions as F
+
+    from consolidator.spark.transforms import POISON_GROUP, RECORD_SCHEMA, decode
 
     if not policies:
         raise ValueError("replay needs at least one policy")
     names_seen = [p.name for p in policies]
     if len(set(names_seen)) != len(names_seen):
         raise ValueError(f"policy names must be unique: {names_seen}")
-    decoded = decode(records_df, names, max_event_bytes)
-    return decoded.groupBy("group_key").applyInArrow(_group_function(policies), OUTPUT_SCHEMA)
+    if exact_grouping:
+        frame = decode(records_df, names, max_event_bytes)
+    else:
+        path = "$." + names.group_key if names.group_key.isidentifier() else f"$['{names.group_key}']"
+        frame = records_df.select(
+            *RECORD_SCHEMA.fieldNames(),
+            F.coalesce(F.get_json_object(F.col("value").cast("string"), path), F.lit(POISON_GROUP)).alias("group_key"))
+    function = _group_function(policies, names, max_event_bytes, decoded=exact_grouping)
+    return frame.groupBy("group_key").applyInArrow(function, OUTPUT_SCHEMA)
+
+
+def check_routing(result) -> None:
+    """Raise :class:`ReplayRoutingError` if the fast path misrouted any record."""
+    from pyspark.sql import functions as F
+
+    misrouted = result.where(F.col("kind") == MISROUTED).count()
+    if misrouted:
+        raise ReplayRoutingError(
+            f"{misrouted} records have a group key that Spark's JSON path reads differently from "
+            "events.decode (duplicate keys or unusual numbers); run the replay with exact grouping")
 
 
 def write_outputs(result, out_dir: str) -> None:
@@ -192,6 +248,7 @@ def write_outputs(result, out_dir: str) -> None:
     dead letters under ``dead_letter/``. File contents are deterministic; part-file names are not."""
     from pyspark.sql import functions as F
 
+    check_routing(result)
     (result.where(F.col("kind") == BATCH)
      .select("policy", "flushed_at_ms", "group_key", "batch_id", "body")
      .repartition(1).sortWithinPartitions("policy", "flushed_at_ms", "group_key", "batch_id")

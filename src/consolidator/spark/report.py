@@ -61,8 +61,9 @@ def compute_figures(result, policies) -> list[PolicyFigures]:
     """Figures of a :func:`consolidator.spark.replay.replay` result (cache it first: several passes)."""
     from pyspark.sql import functions as F
 
-    from consolidator.spark.replay import BATCH, DEAD_LETTER, SUMMARY
+    from consolidator.spark.replay import BATCH, DEAD_LETTER, SUMMARY, check_routing
 
+    check_routing(result)
     summary = result.where(F.col("kind") == SUMMARY).agg(
         F.coalesce(F.sum("records_in"), F.lit(0)).alias("records_in"),
         F.coalesce(F.sum("replayed"), F.lit(0)).alias("replayed"),

@@ -1,0 +1,55 @@
+"""``consolidator spark ...``: replay end to end, and the EMR Serverless StartJobRun request."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from consolidator.spark.cli import spark_app
+
+runner = CliRunner()
+
+
+def test_emr_submit_prints_a_streaming_start_job_run():
+    result = runner.invoke(spark_app, [
+        "emr-submit", "--application-id", "00abc", "--execution-role-arn", "arn:aws:iam::1:role/job",
+        "--bucket", "my-bucket", "--", "--bootstrap-servers", "b-1:9098", "--topic", "orders",
+        "--sink-url", "kafka://b-1:9098/batches?auth=iam&region=eu-west-1",
+        "--dead-letter-url", "sqs://sqs.eu-west-1.amazonaws.com/1/dlq"])
+    assert result.exit_code == 0, result.output
+    request = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+    assert (request["applicationId"], request["mode"]) == ("00abc", "STREAMING")
+    driver = request["jobDriver"]["sparkSubmit"]
+    assert driver["entryPoint"] == "s3://my-bucket/code/entry.py"
+    assert driver["entryPointArguments"][:5] == [
+        "stream", "--source", "spark", "--checkpoint", "s3://my-bucket/checkpoints/consolidator-stream"]
+    assert "--topic" in driver["entryPointArguments"] and "orders" in driver["entryPointArguments"]
+    assert "spark.archives=s3://my-bucket/code/venv.tar.gz#environment" in driver["sparkSubmitParameters"]
+    assert "spark-sql-kafka-0-10" in driver["sparkSubmitParameters"]
+
+
+def test_replay_rejects_a_bad_grid():
+    result = runner.invoke(spark_app, ["replay", "--out", "x", "--input", "y", "--debounce-ms", "1s"])
+    assert result.exit_code != 0 and "comma-separated integers" in result.output
+
+
+@pytest.mark.spark
+def test_replay_command_writes_batches_and_report(spark, tmp_path):
+    source = tmp_path / "in.jsonl"
+    lines = [{"topic": "t", "partition": 0, "offset": i, "timestamp": 1_795_000_020_000 + i * 1000,
+              "value": json.dumps({"location_id": f"G{i % 2}", "order_id": f"o{i}", "items": []})}
+             for i in range(6)]
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "out"
+    result = runner.invoke(spark_app, ["replay", "--input", str(source), "--out", str(out),
+                                       "--debounce-ms", "60000,120000", "--max-batch-size", "2,500"])
+    assert result.exit_code == 0, result.output
+    assert "d60s-h1800s-n2-t30s: 6 in, 4 batches" in result.output  # 2 full + 2 idle
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert [(r["policy"], r["batches_out"]) for r in report] == [
+        ("d60s-h1800s-n2-t30s", 4), ("d60s-h1800s-n500-t30s", 2),
+        ("d120s-h1800s-n2-t30s", 4), ("d120s-h1800s-n500-t30s", 2)]
+    assert (out / "report" / "chart.png").stat().st_size > 1000
+    assert len(list((out / "batches").glob("policy=*"))) == 4
