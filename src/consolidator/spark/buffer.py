@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from consolidator.batch import Member
-from consolidator.events import SourcePosition, bucket_of
+from consolidator.events import Event, SourcePosition, bucket_of
 from consolidator.policy import FlushReason, GroupStats, Policy, next_due_ms, plan_batches
 
 RowKey = tuple[int, str]  # (bucket, item_id)
@@ -55,8 +55,8 @@ class PendingBuffer:
     _oldest_first_seen: int | None = None
     _newest_update: int | None = None
 
-    def ingest(self, event: BufferedEvent, now_ms: int) -> str:
-        """Apply one event at ``now_ms``; returns ``"stored"``, ``"coalesced"`` or ``"replayed"``."""
+    def ingest(self, event: BufferedEvent | Event, now_ms: int) -> str:
+        """Apply one event (anything with position, timestamp_ms, item_id, items) at ``now_ms``; returns ``"stored"``, ``"coalesced"`` or ``"replayed"``."""
         if self.seen is not None:
             if event.position in self.seen:
                 return "replayed"

@@ -148,7 +148,7 @@ def _group_function(policies: Sequence[NamedPolicy], names: FieldNames, max_even
         return (DEAD_LETTER, None, None, None, str(error.reason), None, None, None, None,
                 encode(entry).decode(), 1, 0)
 
-    def events_of(cols: dict, group_key: str, rows: list[tuple]) -> list[BufferedEvent]:
+    def events_of(cols: dict, group_key: str, rows: list[tuple]) -> list:
         events = []
         if decoded:
             for topic, partition, offset, ts, key, value, item_id, items, reason, detail in zip(
@@ -176,7 +176,7 @@ def _group_function(policies: Sequence[NamedPolicy], names: FieldNames, max_even
             if event.group_key != group_key:
                 rows.append((MISROUTED, None, event.group_key, None, None, None, None, None, None, None, 1, 0))
                 continue
-            events.append(BufferedEvent(event.position, ts, event.item_id, event.items))
+            events.append(event)  # an Event has what the buffer reads (position, timestamp, item)
         return events
 
     def run(data: pa.Table) -> pa.Table:
