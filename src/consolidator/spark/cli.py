@@ -128,7 +128,8 @@ def replay(
     master: MasterOpt = None,
 ) -> None:
     """Replay history under a grid of policies; writes batches and a Markdown/HTML report with a chart."""
-    from consolidator.spark.replay import policy_grid, replay as run_replay, write_outputs
+    from consolidator.spark.replay import policy_grid, write_outputs
+    from consolidator.spark.replay import replay as run_replay
     from consolidator.spark.report import compute_figures, write_report
     from consolidator.spark.session import build_session
     from consolidator.spark.source import kafka_reader
@@ -177,8 +178,8 @@ def start_job_run_request(
         f"--conf spark.emr-serverless.driverEnv.PYSPARK_PYTHON={python}",
         f"--conf spark.executorEnv.PYSPARK_PYTHON={python}",
         f"--conf spark.jars.packages={kafka_package}",
-        "--conf spark.sql.streaming.stateStore.providerClass="
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        ("--conf spark.sql.streaming.stateStore.providerClass="
+         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"),
     ]
     request: dict = {
         "applicationId": application_id,

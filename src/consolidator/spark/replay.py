@@ -15,7 +15,7 @@ inside a group are no-ops, as in the buffer's position ledger.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from consolidator.batch import Member, build_message, encode
@@ -109,6 +109,8 @@ def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Poli
     return GroupReplay(batches, len(ordered), replayed)
 
 
+DEFAULT_NAMES = FieldNames()
+
 # -- Spark -----------------------------------------------------------------------------------
 
 OUTPUT_SCHEMA = (
@@ -201,7 +203,7 @@ def _group_function(policies: Sequence[NamedPolicy], names: FieldNames, max_even
     return run
 
 
-def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = FieldNames(),
+def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFAULT_NAMES,
            max_event_bytes: int = 262_144, exact_grouping: bool = False):
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`) -> one frame of batches,
     dead letters and per-group summaries (:data:`OUTPUT_SCHEMA`) for every policy at once:

@@ -46,7 +46,7 @@ def spark_kafka_available(spark) -> bool:
     from py4j.protocol import Py4JJavaError
 
     try:
-        spark._jvm.java.lang.Class.forName(SPARK_KAFKA_CLASS)  # noqa: SLF001 (py4j gateway)
+        spark._jvm.java.lang.Class.forName(SPARK_KAFKA_CLASS)
     except Py4JJavaError as error:
         if "ClassNotFoundException" in str(error.java_exception):
             return False
@@ -199,7 +199,7 @@ def _read_range(config: Mapping[str, str], part: KafkaRange, timeout_s: float) -
             for message in batch:
                 error = message.error()
                 if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001 (librdkafka constant)
+                    if error.code() == KafkaError._PARTITION_EOF:
                         if message.offset() >= part.end:  # the rest were gaps (compaction, markers)
                             return
                         continue

@@ -38,6 +38,8 @@ ROW_KEY_SCHEMA = "bucket int, item_id string"
 ROW_VALUE_SCHEMA = ("topic string, partition int, offset long, items string, first_seen_ms long,"
                     " last_update_ms long, merged_events int")
 BATCH, DEAD_LETTER = "batch", "dead_letter"
+DEFAULT_NAMES = FieldNames()
+DEFAULT_POLICY = Policy()
 
 
 def _processor_class():
@@ -140,7 +142,7 @@ def _dead_letters(frame, now_ms: int) -> list[tuple]:
     return out
 
 
-def aggregate(records_df, policy: Policy, names: FieldNames = FieldNames(), max_event_bytes: int = 262_144):
+def aggregate(records_df, policy: Policy, names: FieldNames = DEFAULT_NAMES, max_event_bytes: int = 262_144):
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`, streaming) -> batches and
     dead letters (:data:`OUTPUT_SCHEMA`)."""
     from consolidator.spark.transforms import decode
@@ -194,8 +196,8 @@ class StreamConfig:
     sink_url: str
     dead_letter_url: str
     checkpoint: str
-    policy: Policy = Policy()
-    names: FieldNames = FieldNames()
+    policy: Policy = DEFAULT_POLICY
+    names: FieldNames = DEFAULT_NAMES
     max_event_bytes: int = 262_144
     trigger_ms: int = 5_000
     starting_offsets: str = "earliest"

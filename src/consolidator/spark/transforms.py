@@ -14,7 +14,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, decode as decode_record
+from consolidator.events import FieldNames, KafkaRecord, PoisonEvent
+from consolidator.events import decode as decode_record
 
 POISON_GROUP = ""  # group column of poison records: valid group keys are never empty
 
@@ -73,7 +74,7 @@ def records(df: DataFrame) -> DataFrame:
     elif isinstance(ts_type, (T.LongType, T.IntegerType)):
         timestamp_ms = F.col("timestamp").cast("long")
     else:
-        raise ValueError(f"timestamp must be a timestamp or epoch milliseconds, not {ts_type.simpleString()}")
+        raise TypeError(f"timestamp must be a timestamp or epoch milliseconds, not {ts_type.simpleString()}")
 
     def as_binary(name: str) -> Column:
         column = F.col(name)
