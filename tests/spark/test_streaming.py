@@ -111,16 +111,20 @@ def test_a_micro_batch_rerun_from_the_checkpoint_republishes_the_same_batch_ids(
             if not df.isEmpty():
                 raise RuntimeError(f"crash after publishing micro-batch {epoch_id}")
 
-    query = start(spark, config, writer=CrashAfterPublishing(config.sink_url, config.dead_letter_url))
+    crashing = CrashAfterPublishing(config.sink_url, config.dead_letter_url)
+    query = start(spark, config, writer=crashing)
     with pytest.raises(Exception, match="crash after publishing"):
         query.awaitTermination(150)
+    crashing.close()
     first = sorted(json.loads(m.value())["batch_id"] for m in kafka.consume_all(out_topic))
 
-    query = start(spark, config)  # same checkpoint: the failed micro-batch runs again
+    writer = BatchWriter(config.sink_url, config.dead_letter_url)
+    query = start(spark, config, writer=writer)  # same checkpoint: the failed micro-batch runs again
     try:
         wait_for(lambda: len(kafka.consume_all(out_topic)) >= 4, query, timeout_s=120)
     finally:
         query.stop()
+        writer.close()
     published = [json.loads(m.value()) for m in kafka.consume_all(out_topic)]
     expected = sorted(batch_id("G", [SourcePosition(topic, 0, a), SourcePosition(topic, 0, a + 1)])
                       for a in (0, 2))

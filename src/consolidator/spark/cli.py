@@ -82,7 +82,7 @@ def stream(
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
     from consolidator.spark.session import build_session
-    from consolidator.spark.streaming import StreamConfig, start
+    from consolidator.spark.streaming import BatchWriter, StreamConfig, start
 
     config = StreamConfig(
         bootstrap_servers=bootstrap_servers, topic=topic, sink_url=sink_url, dead_letter_url=dead_letter_url,
@@ -93,12 +93,15 @@ def stream(
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
     )
     spark = build_session("consolidator-stream", master=master)
-    query = start(spark, config)
+    writer = BatchWriter(sink_url, dead_letter_url)
+    query = start(spark, config, writer=writer)
     typer.echo(f"streaming {topic} -> {sink_url} (checkpoint {checkpoint}); Ctrl-C to stop", err=True)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
         query.stop()
+    finally:
+        writer.close()
 
 
 @spark_app.command()
