@@ -18,6 +18,7 @@ from aws_cdk import aws_emrserverless as emr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
+from cdk_nag import NagPackSuppression, NagSuppressions
 from constructs import Construct
 
 RELEASE_LABEL = "emr-spark-8.0.0"  # Apache Spark 4.0.x: transformWithStateInPandas
@@ -112,3 +113,33 @@ class SparkOnEmrServerless(Construct):
     @property
     def code_uri(self) -> str:
         return f"s3://{self.bucket.bucket_name}/code"
+
+
+def attach(stack) -> SparkOnEmrServerless:
+    """The stack's hook (``spark: true`` in an environment file): the Spark aggregator reads the
+    ingest topic and writes to the Kafka sink topic of the same MSK cluster, in the stack's VPC."""
+    from consolidator_infra.config import ConfigError, KafkaSinkConfig
+
+    config = stack.config
+    if not isinstance(config.sink, KafkaSinkConfig):
+        raise ConfigError(f"{config.name}: spark needs a kafka sink (the Spark job writes batches to Kafka)")
+    spark = SparkOnEmrServerless(
+        stack, "Spark",
+        msk_cluster_arn=config.msk.cluster_arn,
+        source_topic=config.msk.topic,
+        output_topic=config.sink.topic,
+        dead_letter_queue=stack.dead_letters.queue,
+        vpc=stack.network.vpc,
+    )
+    NagSuppressions.add_resource_suppressions(spark.bucket, [NagPackSuppression(
+        id="AwsSolutions-S1",
+        reason="The bucket holds the job's code, checkpoints and logs, written only by the job role; "
+               "CloudTrail records its API use. Access logs would add a second bucket for no reader.",
+    )], apply_to_children=True)
+    NagSuppressions.add_resource_suppressions(spark.job_role, [NagPackSuppression(
+        id="AwsSolutions-IAM5",
+        reason="Wildcards are bounded: object actions on the code/, checkpoints/ and logs/ prefixes of "
+               "this application's own bucket (CDK grant action groups), and the MSK consumer groups "
+               "whose names Spark generates under the spark-kafka-source-/consolidator-spark- prefixes.",
+    )], apply_to_children=True)
+    return spark

@@ -153,7 +153,7 @@ class ConsolidatorStack(Stack):
 
     def _spark(self):
         """The optional EMR Serverless application, ``consolidator_infra/emr_serverless.py``
-        (owned by the Spark work). Contract: ``attach(stack: ConsolidatorStack) -> Construct``;
+        . Contract: ``attach(stack: ConsolidatorStack) -> Construct``;
         it may use ``stack.config``, ``stack.network``, ``stack.database`` and ``stack.monitoring``."""
         if importlib.util.find_spec("consolidator_infra.emr_serverless") is None:
             raise RuntimeError("spark is enabled but consolidator_infra/emr_serverless.py does not exist")

@@ -90,3 +90,9 @@ def test_bucket_is_private_encrypted_and_tls_only(template):
         "ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
     [policy] = template.find_resources("AWS::S3::BucketPolicy").values()
     assert "aws:SecureTransport" in _text(policy)
+
+
+def test_environment_with_spark_gets_the_application(synthesized):
+    """staging.json sets ``spark: true``; dev and prod do not."""
+    counts = {name: len(s.resources("AWS::EMRServerless::Application")) for name, s in synthesized.items()}
+    assert counts == {"dev": 0, "staging": 1, "prod": 0}
