@@ -8,6 +8,7 @@ lands later, the re-publish of the same batch id is a harmless duplicate.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -72,24 +73,17 @@ class KafkaSink:
             return on_delivery
 
         for index, batch in enumerate(batches):
+            send = functools.partial(
+                self._producer.produce, self.topic, key=batch.group_key.encode(), value=batch.body,
+                headers=[("batch_id", batch.batch_id.encode())], on_delivery=report(index),
+            )
             try:
-                self._producer.produce(
-                    self.topic,
-                    key=batch.group_key.encode(),
-                    value=batch.body,
-                    headers=[("batch_id", batch.batch_id.encode())],
-                    on_delivery=report(index),
-                )
-            except BufferError:
-                self._producer.poll(1.0)  # queue full: serve delivery reports, then try once more
                 try:
-                    self._producer.produce(
-                        self.topic, key=batch.group_key.encode(), value=batch.body,
-                        headers=[("batch_id", batch.batch_id.encode())], on_delivery=report(index),
-                    )
-                except (BufferError, KafkaException) as exc:
-                    errors[index] = f"kafka produce failed: {exc}"
-            except KafkaException as exc:
+                    send()
+                except BufferError:
+                    self._producer.poll(1.0)  # queue full: serve delivery reports, then try once more
+                    send()
+            except (BufferError, KafkaException) as exc:
                 errors[index] = f"kafka produce failed: {exc}"
             self._producer.poll(0)
         self._producer.flush(self.flush_timeout_s)
