@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from consolidator.errors import DeliveryError
 from consolidator.sinks import OutgoingBatch
 
 
@@ -60,6 +61,8 @@ class KafkaSink:
         self._producer = Producer(config)
 
     def publish(self, batches: Sequence[OutgoingBatch]) -> dict[int, str]:
+        if self._producer is None:
+            raise DeliveryError("kafka sink is closed")
         errors: dict[int, str] = {}
         delivered: set[int] = set()
 
@@ -93,4 +96,7 @@ class KafkaSink:
         return errors
 
     def close(self) -> None:
-        self._producer.flush(self.flush_timeout_s)
+        """Flush, then release the producer (its threads stop now, not at interpreter exit)."""
+        if self._producer is not None:
+            self._producer.flush(self.flush_timeout_s)
+            self._producer = None

@@ -187,6 +187,7 @@ class BatchWriter:
     def close(self) -> None:
         if self._sink is not None:
             self._sink.close()
+            self._sink = None
 
 
 @dataclass(frozen=True)
