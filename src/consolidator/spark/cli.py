@@ -1,8 +1,9 @@
 """``consolidator spark ...``: run the streaming aggregator or a replay, or start the streaming
 job on EMR Serverless. Also the entry point of ``spark-submit`` (``python -m consolidator.spark``).
 
-Policy settings default to the Lambda path's environment variables (``CONSOLIDATOR_DEBOUNCE_MS``
-and friends), so both engines run the same policy unless told otherwise.
+Policy settings of ``stream`` (and the replay's tick) default to the Lambda path's environment
+variables (``CONSOLIDATOR_DEBOUNCE_SECONDS`` and friends, in seconds), so both engines run the
+same policy unless told otherwise. The replay's policy grid is given in milliseconds.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ spark_app = typer.Typer(help="Spark jobs: streaming aggregator, policy replay, E
                         no_args_is_help=True, add_completion=False)
 
 _DEFAULT = Policy()
-DebounceOpt = Annotated[int, typer.Option("--debounce-ms", envvar="CONSOLIDATOR_DEBOUNCE_MS")]
-HardOpt = Annotated[int, typer.Option("--hard-window-ms", envvar="CONSOLIDATOR_HARD_WINDOW_MS")]
+DebounceOpt = Annotated[float, typer.Option("--debounce-seconds", envvar="CONSOLIDATOR_DEBOUNCE_SECONDS")]
+HardOpt = Annotated[float, typer.Option("--hard-window-seconds", envvar="CONSOLIDATOR_HARD_WINDOW_SECONDS")]
 SizeOpt = Annotated[int, typer.Option("--max-batch-size", envvar="CONSOLIDATOR_MAX_BATCH_SIZE")]
-TickOpt = Annotated[int, typer.Option("--tick-interval-ms", envvar="CONSOLIDATOR_TICK_INTERVAL_MS",
-                                      help="Replay tick grid (the flush function's tick).")]
+TickOpt = Annotated[float, typer.Option("--tick-interval-seconds", envvar="CONSOLIDATOR_TICK_INTERVAL_SECONDS",
+                                        help="Replay tick grid (the flush function's tick).")]
 MasterOpt = Annotated[str | None, typer.Option(
     "--master", help="e.g. local[2]; leave unset under spark-submit / EMR.")]
 SourceOpt = Annotated[str, typer.Option(
@@ -66,8 +67,8 @@ def stream(
     sink_url: Annotated[str, typer.Option("--sink-url", envvar="CONSOLIDATOR_SINK_URL")],
     dead_letter_url: Annotated[str, typer.Option("--dead-letter-url", envvar="CONSOLIDATOR_DEAD_LETTER_URL")],
     checkpoint: Annotated[str, typer.Option("--checkpoint", help="Checkpoint directory (s3://... on EMR).")],
-    debounce_ms: DebounceOpt = _DEFAULT.debounce_ms,
-    hard_window_ms: HardOpt = _DEFAULT.hard_window_ms,
+    debounce_seconds: DebounceOpt = _DEFAULT.debounce_ms / 1000,
+    hard_window_seconds: HardOpt = _DEFAULT.hard_window_ms / 1000,
     max_batch_size: SizeOpt = _DEFAULT.max_batch_size,
     trigger_ms: Annotated[int, typer.Option("--trigger-ms")] = 5_000,
     starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
@@ -87,7 +88,7 @@ def stream(
     config = StreamConfig(
         bootstrap_servers=bootstrap_servers, topic=topic, sink_url=sink_url, dead_letter_url=dead_letter_url,
         checkpoint=checkpoint,
-        policy=Policy(debounce_ms, hard_window_ms, max_batch_size),
+        policy=Policy(round(debounce_seconds * 1000), round(hard_window_seconds * 1000), max_batch_size),
         names=FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field),
         max_event_bytes=max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
@@ -119,7 +120,7 @@ def replay(
         _DEFAULT.hard_window_ms),
     max_batch_size: Annotated[str, typer.Option("--max-batch-size", help="Comma-separated candidates.")] = str(
         _DEFAULT.max_batch_size),
-    tick_interval_ms: TickOpt = _DEFAULT.tick_interval_ms,
+    tick_interval_seconds: TickOpt = _DEFAULT.tick_interval_ms / 1000,
     source: SourceOpt = "auto",
     kafka_option: KafkaOpts = None,
     group_key_field: GroupField = "location_id",
@@ -139,7 +140,7 @@ def replay(
     from consolidator.spark.transforms import read_record_files, records
 
     policies = policy_grid(_ints(debounce_ms, "--debounce-ms"), _ints(hard_window_ms, "--hard-window-ms"),
-                           _ints(max_batch_size, "--max-batch-size"), tick_interval_ms)
+                           _ints(max_batch_size, "--max-batch-size"), round(tick_interval_seconds * 1000))
     spark = build_session("consolidator-replay", master=master)
     if input_format == "kafka":
         if not (bootstrap_servers and topic):
