@@ -127,20 +127,26 @@ def check_bundle(directory: Path) -> None:
         raise BundleError(f"{directory} contains forbidden packages: {', '.join(found)}")
 
 
-def _dependencies() -> Path:
-    directory = BUILD / f"_dependencies-{dependencies_hash()}"
+def _cached_build(directory: Path, build, stale_pattern: str) -> Path:
+    """``directory`` built once: ``build(staging)`` fills a staging directory that is renamed
+    into place only when complete; older builds matching ``stale_pattern`` are removed."""
     if (directory / ".complete").exists():
         return directory
     staging = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
-    _install_dependencies(staging)
+    build(staging)
     shutil.rmtree(directory, ignore_errors=True)
-    for stale in BUILD.glob("_dependencies-*"):
+    for stale in BUILD.glob(stale_pattern):
         if stale != staging:
             shutil.rmtree(stale, ignore_errors=True)
     staging.rename(directory)
     (directory / ".complete").touch()
     return directory
+
+
+def _dependencies() -> Path:
+    return _cached_build(BUILD / f"_dependencies-{dependencies_hash()}", _install_dependencies,
+                         "_dependencies-*")
 
 
 def function_bundle(name: str) -> Path:
@@ -152,19 +158,15 @@ def function_bundle(name: str) -> Path:
     if (directory / ".complete").exists():
         return directory
     dependencies = _dependencies()
-    staging = directory.with_name(directory.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    _link_tree(dependencies, staging)
-    (staging / ".complete").unlink()
-    _copy_package(staging)
-    shutil.copy2(handler, staging / "handler.py")
-    check_bundle(staging)
-    for stale in BUILD.glob(f"{name}-*"):  # older builds of this function
-        if stale != staging:
-            shutil.rmtree(stale, ignore_errors=True)
-    staging.rename(directory)
-    (directory / ".complete").touch()
-    return directory
+
+    def build(staging: Path) -> None:
+        _link_tree(dependencies, staging)
+        (staging / ".complete").unlink()
+        _copy_package(staging)
+        shutil.copy2(handler, staging / "handler.py")
+        check_bundle(staging)
+
+    return _cached_build(directory, build, f"{name}-*")  # older builds of this function
 
 
 def directory_size(directory: Path) -> int:

@@ -31,12 +31,8 @@ SOURCE_SCHEMA = T.StructType([
 
 #: After :func:`records`: the timestamp as epoch milliseconds.
 RECORD_SCHEMA = T.StructType([
-    T.StructField("topic", T.StringType(), False),
-    T.StructField("partition", T.IntegerType(), False),
-    T.StructField("offset", T.LongType(), False),
-    T.StructField("timestamp_ms", T.LongType(), False),
-    T.StructField("key", T.BinaryType(), True),
-    T.StructField("value", T.BinaryType(), True),
+    T.StructField("timestamp_ms", T.LongType(), False) if f.name == "timestamp" else f
+    for f in SOURCE_SCHEMA.fields
 ])
 
 #: After :func:`decode`. Valid events: ``group_key`` non-empty, ``value`` null (the items say it
