@@ -6,12 +6,13 @@ machine-readable ``reason``; nothing else is raised for bad input.
 
 from __future__ import annotations
 
-import json
 import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import NamedTuple
+
+import orjson
 
 from consolidator.errors import ConsolidatorError
 
@@ -115,6 +116,8 @@ def months_after(bucket: int, months: int) -> int:
 
 
 def _identifier(value: object, name: str, missing: PoisonReason, bad: PoisonReason) -> str:
+    if type(value) is str and 0 < len(value) <= MAX_KEY_CHARS:
+        return value  # the common case, checked first
     if value is None or value == "":
         raise PoisonEvent(missing, f"field {name!r} is missing or empty")
     if isinstance(value, bool) or not isinstance(value, (str, int)):
@@ -128,23 +131,36 @@ def _identifier(value: object, name: str, missing: PoisonReason, bad: PoisonReas
 def _items(value: object, names: FieldNames) -> tuple[tuple[str, int], ...]:
     if value is None:
         return ()
-    if not isinstance(value, list):
+    if type(value) is not list:
         raise PoisonEvent(PoisonReason.BAD_ITEMS, f"field {names.items!r} must be a list, got {type(value).__name__}")
     items = []
     for index, item in enumerate(value):
-        where = f"{names.items}[{index}]"
-        if not isinstance(item, dict):
-            raise PoisonEvent(PoisonReason.BAD_ITEMS, f"{where} must be an object")
+        if type(item) is not dict:
+            raise PoisonEvent(PoisonReason.BAD_ITEMS, f"{names.items}[{index}] must be an object")
         sku = item.get(names.sku)
-        if not isinstance(sku, str) or not sku:
-            raise PoisonEvent(PoisonReason.BAD_ITEMS, f"{where}.{names.sku} must be a non-empty string")
         quantity = item.get(names.quantity)
-        if isinstance(quantity, bool) or not isinstance(quantity, int) or quantity < 0:
-            raise PoisonEvent(
-                PoisonReason.BAD_QUANTITY, f"{where}.{names.quantity} must be an integer >= 0, got {quantity!r}"
-            )
+        # type() is not isinstance(): bool is an int subclass and never a quantity
+        if type(sku) is not str or not sku:
+            raise PoisonEvent(PoisonReason.BAD_ITEMS, f"{names.items}[{index}].{names.sku} must be a non-empty string")
+        if type(quantity) is not int or quantity < 0:
+            raise PoisonEvent(PoisonReason.BAD_QUANTITY,
+                              f"{names.items}[{index}].{names.quantity} must be an integer >= 0, got {quantity!r}")
         items.append((sku, quantity))
     return tuple(items)
+
+
+def _parse(value: bytes) -> object:
+    """JSON bytes -> Python value (orjson: strict UTF-8, no NaN, no lone surrogates, depth <= 1024,
+    integers beyond 64 bits read as floats)."""
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise PoisonEvent(PoisonReason.NOT_UTF8,
+                              f"value is not UTF-8: {bad.reason} at byte {bad.start}") from None
+        raise PoisonEvent(PoisonReason.NOT_JSON, f"value is not JSON: {exc}") from None
 
 
 def decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Event:
@@ -154,27 +170,15 @@ def decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Even
         raise PoisonEvent(PoisonReason.EMPTY_VALUE, "record has no value (tombstone or empty)")
     if len(value) > max_event_bytes:
         raise PoisonEvent(PoisonReason.TOO_LARGE, f"value is {len(value)} bytes, limit is {max_event_bytes}")
-    try:
-        text = value.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PoisonEvent(PoisonReason.NOT_UTF8, f"value is not UTF-8: {exc.reason} at byte {exc.start}") from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PoisonEvent(PoisonReason.NOT_JSON, f"value is not JSON: {exc.msg} at char {exc.pos}") from None
-    if not isinstance(document, dict):
+    document = _parse(value)
+    if type(document) is not dict:
         raise PoisonEvent(PoisonReason.NOT_OBJECT, f"value is a JSON {type(document).__name__}, not an object")
-    group_key = _identifier(
-        document.get(names.group_key), names.group_key, PoisonReason.MISSING_GROUP_KEY, PoisonReason.BAD_GROUP_KEY
-    )
-    item_id = _identifier(
-        document.get(names.item_id), names.item_id, PoisonReason.MISSING_ITEM_ID, PoisonReason.BAD_ITEM_ID
-    )
+    get = document.get
     return Event(
-        position=record.position,
-        timestamp_ms=record.timestamp_ms,
-        group_key=group_key,
-        item_id=item_id,
-        items=_items(document.get(names.items), names),
-        payload=value,
+        SourcePosition(record.topic, record.partition, record.offset),
+        record.timestamp_ms,
+        _identifier(get(names.group_key), names.group_key, PoisonReason.MISSING_GROUP_KEY, PoisonReason.BAD_GROUP_KEY),
+        _identifier(get(names.item_id), names.item_id, PoisonReason.MISSING_ITEM_ID, PoisonReason.BAD_ITEM_ID),
+        _items(get(names.items), names),
+        value,
     )

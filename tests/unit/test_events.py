@@ -42,6 +42,10 @@ def test_field_names_are_configuration():
         (b"", PoisonReason.EMPTY_VALUE),
         (b"\xff\xfe{}", PoisonReason.NOT_UTF8),
         (b"{not json", PoisonReason.NOT_JSON),
+        (b'{"location_id": NaN, "order_id": "A"}', PoisonReason.NOT_JSON),
+        # lone surrogates cannot be stored as utf8mb4 nor encoded as UTF-8: poison, not a crash
+        (b'{"location_id": "W\\ud800", "order_id": "A"}', PoisonReason.NOT_JSON),
+        (b"[" * 5000 + b"]" * 5000, PoisonReason.NOT_JSON),  # deep nesting: not a RecursionError
         (b"[1, 2]", PoisonReason.NOT_OBJECT),
         (b'"text"', PoisonReason.NOT_OBJECT),
         (b'{"order_id": "A"}', PoisonReason.MISSING_GROUP_KEY),
@@ -59,11 +63,14 @@ def test_field_names_are_configuration():
         (b'{"location_id": "W", "order_id": "A", "items": [{"sku": "S", "quantity": 1.5}]}', PoisonReason.BAD_QUANTITY),
         (b'{"location_id": "W", "order_id": "A", "items": [{"sku": "S", "quantity": "2"}]}', PoisonReason.BAD_QUANTITY),
         (b'{"location_id": "W", "order_id": "A", "items": [{"sku": "S", "quantity": true}]}', PoisonReason.BAD_QUANTITY),
+        # integers beyond 64 bits are read as floats, so they are no quantity
+        (b'{"location_id": "W", "order_id": "A", "items": [{"sku": "S", "quantity": 100000000000000000000}]}',
+         PoisonReason.BAD_QUANTITY),
     ],
 )
 def test_every_poison_case_has_its_reason(value, reason):
     with pytest.raises(PoisonEvent) as caught:
-        decode(rec(value), NAMES, 1024)
+        decode(rec(value), NAMES, 16 * 1024)
     assert caught.value.reason == reason
     assert caught.value.detail
 
