@@ -7,12 +7,15 @@ The JSON Schema is ``schemas/batch-v1.schema.json``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from importlib import resources
+from typing import NamedTuple
+
+import orjson
 
 from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason
@@ -20,8 +23,7 @@ from consolidator.policy import FlushReason
 SCHEMA_VERSION = 1
 
 
-@dataclass(frozen=True, slots=True)
-class Member:
+class Member(NamedTuple):
     """One buffered row of a batch: the newest event for an item, and how many events it holds."""
 
     position: SourcePosition
@@ -32,19 +34,25 @@ class Member:
     merged_events: int = 1
 
     def order_key(self) -> tuple:
-        return (self.first_seen_ms, self.position.sort_key())
+        """(first_seen, position): positions compare like their stored ``pos_key`` bytes."""
+        return (self.first_seen_ms, self.position)
 
 
 def batch_id(group_key: str, positions: Iterable[SourcePosition]) -> str:
     """128-bit hex id from the group key and the sorted member positions."""
-    digest = hashlib.sha256(f"consolidator-batch-v1\n{group_key}\n".encode())
-    for position in sorted(positions):
-        digest.update(f"{position.topic}\t{position.partition}\t{position.offset}\n".encode())
-    return digest.hexdigest()[:32]
+    lines = "".join(f"{p.topic}\t{p.partition}\t{p.offset}\n" for p in sorted(positions))
+    return hashlib.sha256(f"consolidator-batch-v1\n{group_key}\n{lines}".encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=65_536)
+def _iso_seconds(epoch_s: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_s))
 
 
 def iso_ms(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """UTC ISO-8601 with milliseconds, e.g. ``2026-11-18T14:13:20.000Z`` (exact integer arithmetic)."""
+    seconds, millis = divmod(epoch_ms, 1000)
+    return f"{_iso_seconds(seconds)}.{millis:03d}Z"
 
 
 def build_message(
@@ -81,8 +89,11 @@ def build_message(
 
 
 def encode(message: dict) -> bytes:
-    """Canonical JSON bytes (sorted keys, no spaces): equal messages give equal bytes."""
-    return json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """Canonical JSON bytes (sorted keys, no spaces, UTF-8): equal messages give equal bytes."""
+    try:
+        return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer beyond 64 bits (a huge summed quantity): same bytes, slower
+        return json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def load_schema() -> dict:

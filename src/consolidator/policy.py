@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 
 class FlushReason(StrEnum):
@@ -31,8 +31,7 @@ class Policy:
             raise ValueError(f"every policy setting must be positive: {self}")
 
 
-@dataclass(frozen=True, slots=True)
-class GroupStats:
+class GroupStats(NamedTuple):
     """What the policy needs to know about one group's PENDING rows."""
 
     group_key: str

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import jsonschema
 import pytest
 
@@ -52,6 +54,20 @@ def test_encoding_is_canonical_so_republishes_are_byte_identical():
     first = encode(build_message("WH-1", members, FlushReason.HARD_WINDOW, T0))
     again = encode(build_message("WH-1", list(reversed(members)), FlushReason.HARD_WINDOW, T0))
     assert first == again
+
+
+def test_batch_id_and_bytes_are_stable_across_versions():
+    """Downstream deduplicates on batch_id and may compare bytes: both formats are frozen for v1."""
+    positions = [SourcePosition("orders", 2, 10), SourcePosition("orders", 0, 7), SourcePosition("ördérs", 1, 2**40)]
+    assert batch_id("WH-42", positions) == "70143871a422e25ea2f3444a30944322"
+    message = build_message("WH-42", [member(1, "Ö\u2028", [("SKU-\x01\"\\", 2**40)], first=T0 + 123)],
+                            FlushReason.FULL, T0 + 30_000)
+    assert encode(message) == json.dumps(message, sort_keys=True, separators=(",", ":"),
+                                         ensure_ascii=False).encode()
+    assert message["first_event_at"] == "2026-11-18T11:06:40.123Z"
+    message["items"][0]["quantity"] = 2**70  # beyond what orjson writes: the same canonical form
+    assert encode(message) == json.dumps(message, sort_keys=True, separators=(",", ":"),
+                                         ensure_ascii=False).encode()
 
 
 def test_messages_validate_against_the_shipped_schema_and_bad_ones_do_not():
