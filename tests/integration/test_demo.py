@@ -71,6 +71,17 @@ def _batch(batch_id: str, offsets: list[int], group: str = "WH-1") -> OutBatch:
                      "flush_reason": "idle"}, 1_000)
 
 
+def test_check_enforces_the_latency_bound_from_first_ingest():
+    produced = [Produced(("orders", 0, 0), 0, "WH-1", "O0", False)]
+    message = {**_batch("a", [0]).message, "first_event_at": "2026-11-18T11:06:40.000Z"}
+    first_ingest_ms = 1_795_000_000_000
+    on_time = check(produced, [OutBatch(message, first_ingest_ms + 7_000)], [], latency_bound_s=8)
+    assert on_time.passed, on_time.problems
+    assert on_time.stats["first_ingest_to_output_s_max"] == 7.0
+    late = check(produced, [OutBatch(message, first_ingest_ms + 9_000)], [], latency_bound_s=8)
+    assert any(p.startswith("T: 1 batches") for p in late.problems), late.problems
+
+
 def test_check_catches_an_event_under_two_batch_ids_and_coalescing_is_not_loss():
     produced = [Produced(("orders", 0, o), 0, "WH-1", f"O{o % 2}", False) for o in range(3)]
     # O0 at offsets 0 and 2: offset 0 was coalesced into 2, so one member covers both events.

@@ -4,6 +4,8 @@ L, nothing lost: every valid event is a member of a published batch, or was coal
    later event for the same item that is (``event_count`` sums to the number of valid events),
    or sits in a dead batch in the dead letter; every poison message is in the dead letter.
 D, no duplicate effect: no event position appears under two different batch ids.
+T, bounded latency (when a bound is given): every published batch reached the output within
+   the bound of its oldest member's first ingest (``first_event_at``), which bounds every member.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import bisect
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 
 Position = tuple[str, int, int]  # (topic, partition, offset)
 
@@ -58,7 +61,12 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def check(produced: list[Produced], batches: list[OutBatch], dead_letter: list[dict], max_listed: int = 5) -> CheckResult:
+def _epoch_ms(iso: str) -> int:
+    return round(datetime.fromisoformat(iso).timestamp() * 1000)
+
+
+def check(produced: list[Produced], batches: list[OutBatch], dead_letter: list[dict], max_listed: int = 5,
+          latency_bound_s: float | None = None) -> CheckResult:
     result = CheckResult()
     problems = result.problems
     by_position = {p.position: p for p in produced}
@@ -127,6 +135,13 @@ def check(produced: list[Produced], batches: list[OutBatch], dead_letter: list[d
         problems.append(f"{len(strays)} valid events were dead-lettered as poison: {sorted(strays)[:max_listed]}")
 
     published = [b for b in distinct.values() if not b.dead]
+    # T: output timestamp - first ingest of the batch's oldest member.
+    ingest_to_output = {b.batch_id: (b.timestamp_ms - _epoch_ms(b.message["first_event_at"])) / 1000
+                        for b in published if "first_event_at" in b.message}
+    late = sorted((s, i) for i, s in ingest_to_output.items() if latency_bound_s is not None and s > latency_bound_s)
+    if late:
+        problems.append(f"T: {len(late)} batches reached the output more than {latency_bound_s}s after their first "
+                        f"ingest, e.g. {[(i, round(s, 3)) for s, i in late[-max_listed:]]}")
     sizes = [len(b.positions()) for b in published]
     result.stats = {
         "messages_in": len(produced),
@@ -147,5 +162,6 @@ def check(produced: list[Produced], batches: list[OutBatch], dead_letter: list[d
         "latency_s_p50": round(_percentile(latencies, 0.5), 3),
         "latency_s_p95": round(_percentile(latencies, 0.95), 3),
         "latency_s_max": round(max(latencies, default=0.0), 3),
+        "first_ingest_to_output_s_max": round(max(ingest_to_output.values(), default=0.0), 3),
     }
     return result
