@@ -342,27 +342,43 @@ def flush(
 # -- dead letter ----------------------------------------------------------------------------
 
 
-def _read_dead_letter(url: str, limit: int) -> list[dict]:
+def _read_dead_letter(url: str, limit: int) -> list[tuple[dict, str | None]]:
+    """Entries with their SQS receipt handles (None for a file destination)."""
     from consolidator.deadletter import FileDeadLetter, dead_letter_from_url
 
     destination = dead_letter_from_url(url)
     if isinstance(destination, FileDeadLetter):
-        return destination.read()[:limit]
-    entries: list[dict] = []
+        return [(entry, None) for entry in destination.read()[:limit]]
+    received: list[tuple[dict, str | None]] = []
     seen: set[str] = set()
-    while len(entries) < limit:
+    while len(received) < limit:
         # Received messages stay invisible until their visibility timeout; with a short timeout
         # they come back, so stop at the first receive that brings nothing new.
         fresh = []
-        for entry in destination.read(min(10, limit - len(entries))):
+        for entry, handle in destination.receive(min(10, limit - len(received))):
             key = json.dumps(entry, sort_keys=True)
             if key not in seen:
                 seen.add(key)
-                fresh.append(entry)
+                fresh.append((entry, handle))
         if not fresh:
             break
-        entries.extend(fresh)
-    return entries
+        received.extend(fresh)
+    return received
+
+
+def _delete_settled(url: str, received: list[tuple[dict, str | None]], report) -> dict:
+    """Delete from an SQS dead letter the poison entries the redrive stored (or found stored);
+    entries still poison, failed, or not poison events stay."""
+    from consolidator.deadletter import dead_letter_from_url
+
+    unsettled = {json.dumps(p["source"], sort_keys=True) for p in [*report.still_poison, *report.failed]}
+    handles = [handle for entry, handle in received
+               if handle and entry.get("kind") == "poison"
+               and json.dumps(entry.get("source"), sort_keys=True) not in unsettled]
+    if not handles:
+        return {"deleted": 0, "delete_failed": 0}
+    failed = dead_letter_from_url(url).delete(handles)
+    return {"deleted": len(handles) - failed, "delete_failed": failed}
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -385,7 +401,7 @@ def dlq_list(
     """Poison events in the dead-letter destination and DEAD batches in the buffer.
     (On SQS, listing receives the messages: they reappear after the visibility timeout.)"""
     s = _settings("IngestSettings")
-    entries = _read_dead_letter(s.dead_letter_url, limit)
+    entries = [entry for entry, _ in _read_dead_letter(s.dead_letter_url, limit)]
     dead = _store(s).batches_in_state("DEAD", limit)
     if as_json:
         emit_json({"entries": entries, "dead_batches": dead})
@@ -434,12 +450,14 @@ def dlq_redrive(
         from consolidator.services.redrive import redrive_poison
 
         s = _settings("IngestSettings")
-        entries = _read_jsonl(file) if file else []
-        if from_dead_letter:
-            entries += _read_dead_letter(s.dead_letter_url, limit)
-        report = redrive_poison(entries[:limit], build_ingest_service(s))
+        entries = _read_jsonl(file)[:limit] if file else []
+        received = _read_dead_letter(s.dead_letter_url, limit - len(entries)) if from_dead_letter else []
+        report = redrive_poison([*entries, *(entry for entry, _ in received)], build_ingest_service(s))
         document["poison"] = report
         ok &= report.ok
+        if received:
+            document["dead_letter"] = _delete_settled(s.dead_letter_url, received, report)
+            ok &= not document["dead_letter"]["delete_failed"]
         if not as_json:
             out.print(f"poison redrive: {report.read} entries read, {report.stored} stored "
                       f"({report.coalesced} coalesced), {report.replayed} already stored, "
@@ -448,6 +466,11 @@ def dlq_redrive(
                 say_error("still poison", f"{p['source']} {p['reason']}: {p['detail']}")
             for p in report.failed:
                 say_error("failed (retry the redrive)", p)
+            if "dead_letter" in document:
+                out.print(f"dead letter: {document['dead_letter']['deleted']} settled entries deleted")
+                if document["dead_letter"]["delete_failed"]:
+                    say_error("not deleted (a second redrive is a no-op and deletes them)",
+                              document["dead_letter"]["delete_failed"])
     if batches:
         from consolidator.services.flush import build_flush_service
 

@@ -109,11 +109,28 @@ class SqsDeadLetter:
             failed.update(int(f["Id"]) for f in response.get("Failed", []))
         return failed
 
-    def read(self, max_messages: int = 10) -> list[dict]:
+    def receive(self, max_messages: int = 10) -> list[tuple[dict, str]]:
+        """Up to ``max_messages`` entries with their receipt handles. They stay in the queue,
+        invisible for its visibility timeout, until :meth:`delete`."""
         response = self._client.receive_message(
             QueueUrl=self.queue_url, MaxNumberOfMessages=max_messages, WaitTimeSeconds=0
         )
-        return [json.loads(m["Body"]) for m in response.get("Messages", [])]
+        return [(json.loads(m["Body"]), m["ReceiptHandle"]) for m in response.get("Messages", [])]
+
+    def read(self, max_messages: int = 10) -> list[dict]:
+        return [entry for entry, _ in self.receive(max_messages)]
+
+    def delete(self, receipt_handles: Sequence[str]) -> int:
+        """Delete received messages; returns how many could not be deleted (they reappear)."""
+        failed = 0
+        for start in range(0, len(receipt_handles), 10):
+            chunk = receipt_handles[start : start + 10]
+            response = self._client.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": handle} for i, handle in enumerate(chunk)],
+            )
+            failed += len(response.get("Failed", []))
+        return failed
 
 
 def dead_letter_from_url(url: str) -> FileDeadLetter | SqsDeadLetter:

@@ -328,14 +328,19 @@ def test_dlq_list_and_redrive_from_an_sqs_dead_letter(env, migrated, monkeypatch
         queue_url = boto3.client("sqs", region_name="us-east-1").create_queue(
             QueueName="dlq", Attributes={"VisibilityTimeout": "0"})["QueueUrl"]  # list, then redrive
         url = "sqs://" + queue_url.removeprefix("https://").removeprefix("http://")
-        bad = record(21, order="TOO-BIG")
-        try:
-            decode(bad, FieldNames(), 20)
-        except PoisonEvent as error:
-            assert SqsDeadLetter(queue_url).send([poison_entry(bad, error, NOW)]) == set()
+        bad, broken = record(21, order="TOO-BIG"), record(22, b"{broken")
+        for poison in (bad, broken):
+            try:
+                decode(poison, FieldNames(), 20)
+            except PoisonEvent as error:
+                assert SqsDeadLetter(queue_url).send([poison_entry(poison, error, NOW)]) == set()
         sqs_env = env | {"CONSOLIDATOR_DEAD_LETTER_URL": url}
         listed = cli_json(sqs_env, "dlq", "list")
-        assert [e["reason"] for e in listed["entries"]] == ["too_large"]  # once, though it reappears
-        done = cli_json(sqs_env, "dlq", "redrive", "--from-dead-letter")
+        assert sorted(e["reason"] for e in listed["entries"]) == ["not_json", "too_large"]  # once each
+        done = cli_json(sqs_env, "dlq", "redrive", "--from-dead-letter", exit_code=1)  # one is still poison
         assert done["poison"]["stored"] == 1
+        assert done["dead_letter"] == {"deleted": 1, "delete_failed": 0}
+        left = [json.loads(m["Body"]) for m in boto3.client("sqs", region_name="us-east-1").receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])]
+        assert [e["reason"] for e in left] == ["not_json"]  # the settled entry is gone, the other waits
     assert sql(migrated, "SELECT item_id, src_offset FROM buffer_rows") == [{"item_id": "TOO-BIG", "src_offset": 21}]
