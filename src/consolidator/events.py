@@ -6,6 +6,7 @@ machine-readable ``reason``; nothing else is raised for bad input.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -102,10 +103,19 @@ class PoisonEvent(ConsolidatorError):
         self.detail = detail
 
 
-def bucket_of(timestamp_ms: int) -> int:
-    """Monthly partition bucket (YYYYMM, UTC) of a record timestamp; deterministic on replay."""
-    moment = datetime.fromtimestamp(timestamp_ms / 1000, UTC)
+DAY_MS = 86_400_000
+
+
+@functools.lru_cache(maxsize=4096)
+def _bucket_of_day(day: int) -> int:
+    moment = datetime.fromtimestamp(day * 86_400, UTC)
     return moment.year * 100 + moment.month
+
+
+def bucket_of(timestamp_ms: int) -> int:
+    """Monthly partition bucket (YYYYMM, UTC) of a record timestamp; deterministic on replay.
+    Months start on UTC day boundaries, so the month of the day is the month of the moment."""
+    return _bucket_of_day(timestamp_ms // DAY_MS)
 
 
 def months_after(bucket: int, months: int) -> int:

@@ -22,19 +22,6 @@ from consolidator.events import Event, SourcePosition, bucket_of
 from consolidator.policy import FlushReason, GroupStats, Policy, next_due_ms, plan_batches
 
 RowKey = tuple[int, str]  # (bucket, item_id)
-DAY_MS = 86_400_000
-_BUCKETS: dict[int, int] = {}
-
-
-def _bucket(timestamp_ms: int) -> int:
-    """:func:`consolidator.events.bucket_of`, memoised per UTC day (months start on day boundaries)."""
-    day = timestamp_ms // DAY_MS
-    bucket = _BUCKETS.get(day)
-    if bucket is None:
-        bucket = _BUCKETS[day] = bucket_of(day * DAY_MS)
-    return bucket
-
-
 @dataclass(frozen=True, slots=True)
 class BufferedEvent:
     """A decoded event, as the Spark jobs carry it (items already parsed)."""
@@ -61,7 +48,7 @@ class PendingBuffer:
             if event.position in self.seen:
                 return "replayed"
             self.seen.add(event.position)
-        key = (_bucket(event.timestamp_ms), event.item_id)
+        key = (bucket_of(event.timestamp_ms), event.item_id)
         current = self.rows.get(key)
         if current is None:
             self.rows[key] = Member(event.position, event.item_id, event.items, now_ms, now_ms, 1)

@@ -14,12 +14,12 @@ Driver errors leave this module as :class:`StoreError` or :class:`StoreUnavailab
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import orjson
 import pymysql
 import pymysql.cursors
 from pymysql.constants import SERVER_STATUS
@@ -210,18 +210,16 @@ def _multi_row(head: str, tail: str, rows: Iterable[str], max_bytes: int = 1_000
         yield head + ", ".join(values) + tail
 
 
-_ITEMS_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
-
 def _encode_items(items: Sequence[tuple[str, int]]) -> str:
-    return _ITEMS_JSON(items)
+    """Compact JSON ``[[sku, quantity], ...]``."""
+    return orjson.dumps(items).decode()
 
 
 def _member(row: dict) -> Member:
     return Member(
         position=SourcePosition(row["src_topic"], row["src_partition"], row["src_offset"]),
         item_id=row["item_id"],
-        items=tuple((sku, qty) for sku, qty in json.loads(row["items"])),
+        items=tuple((sku, qty) for sku, qty in orjson.loads(row["items"])),
         first_seen_ms=row["first_seen_ms"],
         last_update_ms=row["last_update_ms"],
         merged_events=row["merged_events"],
