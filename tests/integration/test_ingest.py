@@ -91,6 +91,17 @@ def test_s3_event_after_claim_or_send_starts_a_new_pending_row(service, store, c
     assert rows[1]["first_seen_ms"] == T0 + 10
 
 
+def test_identifiers_differing_only_in_trailing_spaces_stay_apart(service, store, clock):
+    """MySQL's PAD SPACE collations compare 'A' = 'A ': the buffer's keys must not."""
+    service.ingest([record(1, order="A"), record(2, order="A "), record(3, order="A", location="WH-42 ")])
+    rows = sql(store, "SELECT group_key, item_id, merged_events FROM buffer_rows ORDER BY id")
+    assert [(r["group_key"], r["item_id"], r["merged_events"]) for r in rows] == [
+        ("WH-42", "A", 1), ("WH-42", "A ", 1), ("WH-42 ", "A", 1)]
+    assert sorted((g.group_key, g.pending) for g in store.pending_group_stats()) == [("WH-42", 2), ("WH-42 ", 1)]
+    batch = store.claim("WH-42", FlushReason.IDLE, 500, clock.now_ms())
+    assert sorted(m.item_id for m in batch.members) == ["A", "A "]
+
+
 def _model_apply(model: dict, seen: set, event, now: int) -> None:
     """Reference model of the buffer: pending rows keyed by (bucket, group, item)."""
     if event.position in seen:

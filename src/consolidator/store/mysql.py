@@ -115,8 +115,15 @@ def _partition_clause(first_bucket: int) -> str:
     )
 
 
-def _migrations(first_bucket: int) -> list[tuple[int, str, list[str]]]:
+def _no_pad_collation(server_version: str) -> str:
+    """Binary utf8mb4 collation that does not ignore trailing spaces ('A' <> 'A '), by server:
+    utf8mb4_bin is PAD SPACE on both MariaDB and MySQL."""
+    return "utf8mb4_nopad_bin" if "mariadb" in server_version.lower() else "utf8mb4_0900_bin"
+
+
+def _migrations(first_bucket: int, no_pad: str) -> list[tuple[int, str, list[str]]]:
     partitions = _partition_clause(first_bucket)
+    identifier = f"VARCHAR(191) CHARACTER SET utf8mb4 COLLATE {no_pad} NOT NULL"
     return [
         (
             1,
@@ -163,6 +170,14 @@ def _migrations(first_bucket: int) -> list[tuple[int, str, list[str]]]:
                   last_error VARCHAR(1024) NULL,
                   KEY ix_state (state, claimed_at_ms)
                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
+            ],
+        ),
+        (
+            2,
+            "group keys and item ids compare trailing spaces",
+            [
+                f"ALTER TABLE buffer_rows MODIFY group_key {identifier}, MODIFY item_id {identifier}",
+                f"ALTER TABLE batches MODIFY group_key {identifier}",
             ],
         ),
     ]
@@ -317,8 +332,10 @@ class MySQLStore:
             )
             cur.execute("SELECT version FROM schema_migrations ORDER BY version")
             done = {row["version"] for row in cur.fetchall()}
+            cur.execute("SELECT VERSION() AS v")
+            no_pad = _no_pad_collation(cur.fetchone()["v"])
         applied = []
-        for version, description, statements in _migrations(bucket_of(now_ms)):
+        for version, description, statements in _migrations(bucket_of(now_ms), no_pad):
             if version in done:
                 continue
             with self.transaction() as cur:
