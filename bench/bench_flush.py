@@ -50,7 +50,7 @@ def make_events(rows: int, groups: int) -> list[Event]:
 def reset_to_pending(store: MySQLStore) -> None:
     """Undo a drain: every row PENDING again, no batches (benchmark set-up, not timed)."""
     with store.transaction() as cur:
-        cur.execute("UPDATE buffer_rows SET status = 'PENDING', batch_id = NULL")
+        cur.execute("UPDATE buffer_rows SET status = 'PENDING', batch_id = ''")
         cur.execute("DELETE FROM batches")
 
 

@@ -180,6 +180,16 @@ def _migrations(first_bucket: int, no_pad: str) -> list[tuple[int, str, list[str
                 f"ALTER TABLE batches MODIFY group_key {identifier}",
             ],
         ),
+        (
+            3,
+            "fixed-width batch_id: a claim updates rows in place",
+            [
+                # A NULL takes no space in the row: setting the id grew every claimed row, which
+                # InnoDB cannot do in place. '' means "not claimed yet".
+                "UPDATE buffer_rows SET batch_id = '' WHERE batch_id IS NULL",
+                "ALTER TABLE buffer_rows MODIFY batch_id CHAR(32) CHARACTER SET ascii NOT NULL DEFAULT ''",
+            ],
+        ),
     ]
 
 
