@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 from rich.console import Console
@@ -25,6 +25,9 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from consolidator.errors import ConfigurationError, ConsolidatorError
+
+if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
+    from consolidator.services.redrive import RedriveReport
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -366,7 +369,7 @@ def _read_dead_letter(url: str, limit: int) -> list[tuple[dict, str | None]]:
     return received
 
 
-def _delete_settled(url: str, received: list[tuple[dict, str | None]], report) -> dict:
+def _delete_settled(url: str, received: list[tuple[dict, str | None]], report: RedriveReport) -> dict:
     """Delete from an SQS dead letter the poison entries the redrive stored (or found stored);
     entries still poison, failed, or not poison events stay."""
     from consolidator.deadletter import dead_letter_from_url
