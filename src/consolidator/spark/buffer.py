@@ -22,6 +22,8 @@ from consolidator.events import Event, SourcePosition, bucket_of
 from consolidator.policy import FlushReason, GroupStats, Policy, next_due_ms, plan_batches
 
 RowKey = tuple[int, str]  # (bucket, item_id)
+
+
 @dataclass(frozen=True, slots=True)
 class BufferedEvent:
     """A decoded event, as the Spark jobs carry it (items already parsed)."""
