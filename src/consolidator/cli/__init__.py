@@ -1,0 +1,25 @@
+"""Operator CLI: ``consolidator --help``. One module per command group; this module wires them.
+
+Settings come from ``CONSOLIDATOR_*`` environment variables (the same ones the Lambda
+functions read). Exit codes: 0 done, 1 failed or refused (the message says why),
+2 usage or configuration error. Commands a script would parse accept ``--json`` and then
+print exactly one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+from consolidator.cli import demo, flush, status  # noqa: F401 (they register their commands)
+from consolidator.cli.base import app
+from consolidator.cli.db import db_app
+from consolidator.cli.dlq import dlq_app
+from consolidator.cli.partitions import partitions_app
+
+app.add_typer(db_app, name="db")
+app.add_typer(dlq_app, name="dlq")
+app.add_typer(partitions_app, name="partitions")
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:  # pragma: no cover - console entry point alias
+    app()

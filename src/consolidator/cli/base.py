@@ -1,0 +1,153 @@
+"""Shared plumbing of the operator CLI: the root app, error mapping, JSON output, settings.
+
+Settings come from ``CONSOLIDATOR_*`` environment variables (the same ones the Lambda
+functions read). Exit codes: 0 done, 1 failed or refused (the message says why),
+2 usage or configuration error. Commands a script would parse accept ``--json`` and then
+print exactly one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import importlib
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, ClassVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperGroup
+
+from consolidator.errors import ConfigurationError, ConsolidatorError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+out = Console()
+err = Console(stderr=True)
+
+
+def say_error(prefix: str, message: object) -> None:
+    """One line on stderr: a red prefix and the message, never read as markup."""
+    err.print(f"[red]{escape(prefix)}:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+
+
+class _LazySubApp(TyperGroup):
+    """A sub-app imported only when invoked, so ``consolidator --help`` and the other commands
+    work without its dependencies (``spark`` needs the ``spark`` extra)."""
+
+    def __init__(self, name: str, target: str, help: str) -> None:
+        super().__init__(name=name, help=help)
+        self._target = target
+        self._real: TyperGroup | None = None
+
+    def _load(self) -> TyperGroup:
+        if self._real is None:
+            module_name, attr = self._target.split(":")
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                hint = "" if (exc.name or "").startswith("consolidator") else f"; install consolidator[{self.name}]"
+                say_error(f"'{self.name}' is not available", f"{exc}{hint}")
+                raise typer.Exit(EXIT_USAGE) from None
+            self._real = typer.main.get_command(getattr(module, attr))
+        return self._real
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        return self._load().make_context(info_name, args, parent=parent, **extra)
+
+    def list_commands(self, ctx):
+        return self._load().list_commands(ctx)
+
+    def get_command(self, ctx, name):
+        return self._load().get_command(ctx, name)
+
+
+class _Root(TyperGroup):
+    LAZY: ClassVar[dict[str, tuple[str, str]]] = {"spark": ("consolidator.spark.cli:spark_app", "Spark jobs (streaming, replay); needs the spark extra.")}
+
+    def list_commands(self, ctx):
+        return [*super().list_commands(ctx), *self.LAZY]
+
+    def get_command(self, ctx, name):
+        if name in self.LAZY:
+            target, help_text = self.LAZY[name]
+            return _LazySubApp(name, target, help_text)
+        return super().get_command(ctx, name)
+
+
+app = typer.Typer(
+    cls=_Root,
+    help="Operate the Consolidator buffer: migrate, inspect, flush, redrive, partitions, demo.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def guarded(command: Callable) -> Callable:
+    """Map the project's errors to one clear line and the documented exit codes."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ConfigurationError as exc:
+            say_error("configuration error", exc)
+            raise typer.Exit(EXIT_USAGE) from None
+        except ConsolidatorError as exc:
+            say_error("error", exc)
+            raise typer.Exit(EXIT_FAILED) from None
+
+    return wrapper
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def emit_json(document: Any) -> None:
+    typer.echo(json.dumps(_jsonable(document), sort_keys=True))
+
+
+def load_settings(model_name: str):
+    from consolidator import settings
+
+    return settings.load_settings(getattr(settings, model_name))
+
+
+def store_for(s):
+    from consolidator.store import open_store
+
+    return open_store(s.database_url, s.database_secret_arn)
+
+
+def wall_clock_ms() -> int:
+    from consolidator.clock import SystemClock
+
+    return SystemClock().now_ms()
+
+
+def age_text(now_ms: int, then_ms: int | None) -> str:
+    if then_ms is None:
+        return "-"
+    seconds = max(0, (now_ms - then_ms) / 1000)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"

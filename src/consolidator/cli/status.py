@@ -1,0 +1,77 @@
+"""``consolidator status``: pending groups, claimed and dead batches, partitions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from consolidator.cli.base import (
+    JsonOption,
+    age_text,
+    app,
+    emit_json,
+    guarded,
+    load_settings,
+    out,
+    store_for,
+    wall_clock_ms,
+)
+from consolidator.cli.partitions import cleanup_service, partition_rows, partitions_table
+
+
+@app.command()
+@guarded
+def status(
+    as_json: JsonOption = False,
+    limit: Annotated[int, typer.Option(help="Show at most this many groups and batches.")] = 50,
+) -> None:
+    """Pending rows and oldest age per group, claimed and dead batches, partitions."""
+    s = load_settings("CleanupSettings")
+    store = store_for(s)
+    now = wall_clock_ms()
+    groups = store.pending_group_stats()
+    groups.sort(key=lambda g: (g.oldest_first_seen_ms, g.group_key))
+    document = {
+        "now_ms": now,
+        "rows": store.row_counts(),
+        "batches": store.batch_counts(),
+        "groups": [
+            {
+                "group_key": g.group_key,
+                "pending": g.pending,
+                "oldest_age_s": round((now - g.oldest_first_seen_ms) / 1000, 3),
+                "idle_s": round((now - g.newest_update_ms) / 1000, 3),
+            }
+            for g in groups[:limit]
+        ],
+        "pending_groups": len(groups),
+        "claimed": store.batches_in_state("CLAIMED", limit),
+        "dead": store.batches_in_state("DEAD", limit),
+        "partitions": partition_rows(store, cleanup_service(s, store)),
+    }
+    if as_json:
+        emit_json(document)
+        return
+    rows, batches = document["rows"], document["batches"]
+    out.print(
+        "rows: " + ", ".join(f"{k} {rows.get(k, 0)}" for k in ("PENDING", "CLAIMED", "SENT", "DEAD"))
+        + "   batches: " + ", ".join(f"{k} {batches.get(k, 0)}" for k in ("CLAIMED", "SENT", "DEAD"))
+    )
+    table = Table(title=f"pending groups ({len(groups)}, oldest first)")
+    for column in ("group", "pending", "oldest", "idle"):
+        table.add_column(column, justify="left" if column == "group" else "right")
+    for g in groups[:limit]:
+        table.add_row(g.group_key, str(g.pending), age_text(now, g.oldest_first_seen_ms), age_text(now, g.newest_update_ms))
+    out.print(table)
+    for state in ("claimed", "dead"):
+        if document[state]:
+            table = Table(title=f"{state} batches")
+            for column in ("batch id", "group", "members", "attempts", "claimed", "last error"):
+                table.add_column(column)
+            for b in document[state]:
+                table.add_row(b["batch_id"], b["group_key"], str(b["member_count"]), str(b["attempts"]),
+                              age_text(now, b["claimed_at_ms"]) + " ago", (b["last_error"] or "")[:60])
+            out.print(table)
+    out.print(partitions_table(document["partitions"]))

@@ -1,0 +1,221 @@
+"""Batches: claim PENDING rows under one batch id, count attempts, mark SENT or DEAD, revive.
+Rows change state only through statements that name the state they expect."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from consolidator.batch import Member, batch_id
+from consolidator.errors import StoreError
+from consolidator.events import SourcePosition
+from consolidator.policy import FlushReason
+from consolidator.store.connection import Connection
+
+
+@dataclass(frozen=True)
+class ClaimedBatch:
+    batch_id: str
+    group_key: str
+    reason: FlushReason
+    claimed_at_ms: int
+    attempts: int
+    members: tuple[Member, ...]
+
+
+def _member(row: dict) -> Member:
+    return Member(
+        position=SourcePosition(row["src_topic"], row["src_partition"], row["src_offset"]),
+        item_id=row["item_id"],
+        items=tuple((sku, qty) for sku, qty in orjson.loads(row["items"])),
+        first_seen_ms=row["first_seen_ms"],
+        last_update_ms=row["last_update_ms"],
+        merged_events=row["merged_events"],
+    )
+
+
+class BatchStore(Connection):
+    def claim(self, group_key: str, reason: FlushReason, limit: int, now_ms: int) -> ClaimedBatch | None:
+        """Claim up to ``limit`` PENDING rows of the group, oldest first, under one batch id
+        derived from their positions. Rows locked by a concurrent claimer are skipped; if any
+        chosen row changed state meanwhile, nothing is claimed (B: one id per claim)."""
+        with self.transaction() as cur:
+            cur.execute(
+                "SELECT id, bucket, src_topic, src_partition, src_offset, item_id, items,"
+                " first_seen_ms, last_update_ms, merged_events FROM buffer_rows"
+                " WHERE status = 'PENDING' AND group_key = %s"
+                " ORDER BY first_seen_ms, pos_key LIMIT %s FOR UPDATE SKIP LOCKED",
+                (group_key, limit),
+            )
+            rows = cur.fetchall()
+            if not rows:
+                return None
+            members = tuple(_member(r) for r in rows)
+            new_id = batch_id(group_key, (m.position for m in members))
+            pairs = [(r["id"], r["bucket"]) for r in rows]
+            updated = cur.execute(
+                "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
+                f" AND (id, bucket) IN ({', '.join(['(%s, %s)'] * len(pairs))})",
+                (new_id, *[v for pair in pairs for v in pair]),
+            )
+            if updated != len(rows):
+                raise StoreError(f"claim of {group_key!r} raced: {updated} of {len(rows)} rows still PENDING")
+            cur.execute(
+                "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms)"
+                " VALUES (%s, %s, 'CLAIMED', %s, %s, %s)",
+                (new_id, group_key, str(reason), len(rows), now_ms),
+            )
+        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members)
+
+    def claimed_batch_ids(self, limit: int) -> list[str]:
+        """CLAIMED batches, oldest claim first."""
+        with self.transaction() as cur:
+            cur.execute(
+                "SELECT batch_id FROM batches WHERE state = 'CLAIMED'"
+                " ORDER BY claimed_at_ms, batch_id LIMIT %s",
+                (limit,),
+            )
+            return [r["batch_id"] for r in cur.fetchall()]
+
+    def load_batch(self, batch_id_: str, *, state: str = "CLAIMED") -> ClaimedBatch | None:
+        """The batch and its member rows, if it is in ``state``."""
+        with self.transaction() as cur:
+            cur.execute(
+                "SELECT group_key, flush_reason, claimed_at_ms, attempts FROM batches"
+                " WHERE batch_id = %s AND state = %s",
+                (batch_id_, state),
+            )
+            head = cur.fetchone()
+            if head is None:
+                return None
+            cur.execute(
+                "SELECT src_topic, src_partition, src_offset, item_id, items, first_seen_ms,"
+                " last_update_ms, merged_events FROM buffer_rows WHERE batch_id = %s AND status = %s"
+                " ORDER BY first_seen_ms, pos_key",
+                (batch_id_, "DEAD" if state == "DEAD" else state),
+            )
+            members = tuple(_member(r) for r in cur.fetchall())
+        return ClaimedBatch(
+            batch_id_, head["group_key"], FlushReason(head["flush_reason"]), head["claimed_at_ms"],
+            head["attempts"], members,
+        )
+
+    def start_attempt(self, batch_id_: str, now_ms: int) -> int | None:
+        """Count a publish attempt of a CLAIMED batch; returns the attempt number (None if not CLAIMED)."""
+        with self.transaction() as cur:
+            changed = cur.execute(
+                "UPDATE batches SET attempts = attempts + 1, last_attempt_ms = %s"
+                " WHERE batch_id = %s AND state = 'CLAIMED'",
+                (now_ms, batch_id_),
+            )
+            if not changed:
+                return None
+            cur.execute("SELECT attempts FROM batches WHERE batch_id = %s", (batch_id_,))
+            return int(cur.fetchone()["attempts"])
+
+    def record_failure(self, batch_id_: str, error: str) -> None:
+        with self.transaction() as cur:
+            cur.execute(
+                "UPDATE batches SET last_error = %s WHERE batch_id = %s AND state = 'CLAIMED'",
+                (error[:1024], batch_id_),
+            )
+
+    def mark_sent(self, batch_id_: str, now_ms: int) -> bool:
+        """CLAIMED -> SENT for the batch and its rows; False when it was not CLAIMED any more."""
+        return self._finish(batch_id_, "SENT", now_ms, None)
+
+    def mark_dead(self, batch_id_: str, now_ms: int, error: str) -> bool:
+        """CLAIMED -> DEAD for the batch and its rows (after the dead-letter write succeeded)."""
+        return self._finish(batch_id_, "DEAD", now_ms, error)
+
+    def _finish(self, batch_id_: str, state: str, now_ms: int, error: str | None) -> bool:
+        with self.transaction() as cur:
+            changed = cur.execute(
+                "UPDATE batches SET state = %s, finished_at_ms = %s, last_error = COALESCE(%s, last_error)"
+                " WHERE batch_id = %s AND state = 'CLAIMED'",
+                (state, now_ms, None if error is None else error[:1024], batch_id_),
+            )
+            if changed:
+                cur.execute(
+                    "UPDATE buffer_rows SET status = %s WHERE batch_id = %s AND status = 'CLAIMED'",
+                    (state, batch_id_),
+                )
+        return bool(changed)
+
+    def start_attempts(self, batch_ids: Sequence[str], now_ms: int) -> dict[str, int]:
+        """:meth:`start_attempt` for several batches in one transaction: attempt numbers of
+        those still CLAIMED (the others are absent from the result)."""
+        if not batch_ids:
+            return {}
+        marks = ", ".join(["%s"] * len(batch_ids))
+        with self.transaction() as cur:
+            cur.execute(
+                "UPDATE batches SET attempts = attempts + 1, last_attempt_ms = %s"
+                f" WHERE state = 'CLAIMED' AND batch_id IN ({marks})",
+                (now_ms, *batch_ids),
+            )
+            cur.execute(
+                f"SELECT batch_id, attempts FROM batches WHERE state = 'CLAIMED' AND batch_id IN ({marks})"
+                " ORDER BY batch_id",
+                tuple(batch_ids),
+            )
+            return {r["batch_id"]: int(r["attempts"]) for r in cur.fetchall()}
+
+    def mark_sent_many(self, batch_ids: Sequence[str], now_ms: int) -> set[str]:
+        """:meth:`mark_sent` for several batches in one transaction; returns the ids that were
+        CLAIMED and are now SENT (the others were finished elsewhere and are left alone)."""
+        if not batch_ids:
+            return set()
+        marks = ", ".join(["%s"] * len(batch_ids))
+        with self.transaction() as cur:
+            cur.execute(
+                f"SELECT batch_id FROM batches WHERE state = 'CLAIMED' AND batch_id IN ({marks})"
+                " ORDER BY batch_id FOR UPDATE",
+                tuple(batch_ids),
+            )
+            claimed = [r["batch_id"] for r in cur.fetchall()]
+            if claimed:
+                marks = ", ".join(["%s"] * len(claimed))
+                cur.execute(
+                    f"UPDATE batches SET state = 'SENT', finished_at_ms = %s WHERE state = 'CLAIMED'"
+                    f" AND batch_id IN ({marks})",
+                    (now_ms, *claimed),
+                )
+                cur.execute(
+                    f"UPDATE buffer_rows SET status = 'SENT' WHERE status = 'CLAIMED' AND batch_id IN ({marks})",
+                    tuple(claimed),
+                )
+        return set(claimed)
+
+    def revive_dead_batch(self, batch_id_: str) -> bool:
+        """DEAD -> CLAIMED with attempts reset, so the next flush tick re-publishes it under
+        the same batch id (dead-letter redrive)."""
+        with self.transaction() as cur:
+            changed = cur.execute(
+                "UPDATE batches SET state = 'CLAIMED', attempts = 0, finished_at_ms = NULL"
+                " WHERE batch_id = %s AND state = 'DEAD'",
+                (batch_id_,),
+            )
+            if changed:
+                cur.execute(
+                    "UPDATE buffer_rows SET status = 'CLAIMED' WHERE batch_id = %s AND status = 'DEAD'",
+                    (batch_id_,),
+                )
+        return bool(changed)
+
+    def batch_counts(self) -> dict[str, int]:
+        with self.transaction() as cur:
+            cur.execute("SELECT state, COUNT(*) AS n FROM batches GROUP BY state ORDER BY state")
+            return {r["state"]: int(r["n"]) for r in cur.fetchall()}
+
+    def batches_in_state(self, state: str, limit: int = 100) -> list[dict]:
+        with self.transaction() as cur:
+            cur.execute(
+                "SELECT batch_id, group_key, flush_reason, member_count, attempts, claimed_at_ms,"
+                " finished_at_ms, last_error FROM batches WHERE state = %s"
+                " ORDER BY claimed_at_ms, batch_id LIMIT %s",
+                (state, limit),
+            )
+            return list(cur.fetchall())

@@ -1,0 +1,105 @@
+"""Monthly RANGE partitions of the buffer and the ledger: add ahead, drop only when sent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from consolidator.errors import StoreError
+from consolidator.events import months_after
+from consolidator.store.connection import Connection
+
+BUFFER_TABLES = ("buffer_rows", "ingested_positions")
+MAXVALUE_PARTITION = "pmax"
+UNSENT = ("PENDING", "CLAIMED")
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    name: str
+    less_than: int | None  # None for MAXVALUE
+    rows: int  # estimate from information_schema
+
+    @property
+    def holds_until_bucket(self) -> int | None:
+        return None if self.less_than is None else months_after(self.less_than, -1)
+
+
+class PartitionStore(Connection):
+    def partitions(self, table: str = "buffer_rows") -> list[PartitionInfo]:
+        with self.transaction() as cur:
+            cur.execute(
+                "SELECT PARTITION_NAME AS name, PARTITION_DESCRIPTION AS bound, TABLE_ROWS AS n"
+                " FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s"
+                " ORDER BY PARTITION_ORDINAL_POSITION",
+                (table,),
+            )
+            return [
+                PartitionInfo(
+                    r["name"], None if r["bound"] == "MAXVALUE" else int(r["bound"]), int(r["n"] or 0)
+                )
+                for r in cur.fetchall()
+            ]
+
+    def add_partitions_through(self, last_bucket: int) -> list[str]:
+        """Split MAXVALUE so that every month up to ``last_bucket`` has its own partition.
+        Returns the partitions created (empty when they already exist)."""
+        created: list[str] = []
+        for table in BUFFER_TABLES:
+            bounded = [p for p in self.partitions(table) if p.less_than is not None]
+            bucket = bounded[-1].less_than if bounded else last_bucket
+            new = []
+            while bucket <= last_bucket:
+                new.append(f"PARTITION p{bucket} VALUES LESS THAN ({months_after(bucket, 1)})")
+                bucket = months_after(bucket, 1)
+            if not new:
+                continue
+            with self.transaction() as cur:
+                cur.execute(
+                    f"ALTER TABLE {table} REORGANIZE PARTITION {MAXVALUE_PARTITION} INTO ("
+                    + ", ".join(new)
+                    + f", PARTITION {MAXVALUE_PARTITION} VALUES LESS THAN MAXVALUE)"
+                )
+            if table == BUFFER_TABLES[0]:
+                created = [n.split()[1] for n in new]
+        return created
+
+    def unsent_rows_in_partition(self, name: str) -> int:
+        with self.transaction() as cur:
+            cur.execute(
+                f"SELECT COUNT(*) AS n FROM buffer_rows PARTITION ({_partition_name(name)})"
+                " WHERE status IN ('PENDING', 'CLAIMED')"
+            )
+            return int(cur.fetchone()["n"])
+
+    def drop_partition_if_sent(self, name: str) -> int:
+        """Drop partition ``name`` of the buffer and the ledger unless a row in it is PENDING or
+        CLAIMED. Returns the number of unsent rows that blocked the drop (0 = dropped).
+        The tables are write-locked between the check and the drop, so no row slips in."""
+        name = _partition_name(name)
+        if name == MAXVALUE_PARTITION:
+            raise StoreError("the MAXVALUE partition is never dropped")
+        with self._errors():
+            if self._connection is None or not self._connection.open:
+                self._connection = self._connect()
+            connection = self._connection
+            with connection.cursor() as cur:
+                cur.execute("LOCK TABLES buffer_rows WRITE, ingested_positions WRITE")
+                try:
+                    cur.execute(
+                        f"SELECT COUNT(*) AS n FROM buffer_rows PARTITION ({name})"
+                        " WHERE status IN ('PENDING', 'CLAIMED')"
+                    )
+                    unsent = int(cur.fetchone()["n"])
+                    if unsent == 0:
+                        for table in BUFFER_TABLES:
+                            cur.execute(f"ALTER TABLE {table} DROP PARTITION {name}")
+                finally:
+                    cur.execute("UNLOCK TABLES")
+            connection.commit()
+        return unsent
+
+
+def _partition_name(name: str) -> str:
+    if not name.replace("_", "").isalnum():
+        raise StoreError(f"not a partition name: {name!r}")
+    return name

@@ -1,0 +1,130 @@
+"""Schema: versioned, idempotent migrations of the buffer, the position ledger and batches."""
+
+from __future__ import annotations
+
+from consolidator.events import bucket_of, months_after
+from consolidator.store.connection import Connection
+from consolidator.store.partitions import MAXVALUE_PARTITION
+
+
+def _partition_clause(first_bucket: int) -> str:
+    """Initial layout: everything before ``first_bucket``, its month, and MAXVALUE."""
+    return (
+        f"PARTITION BY RANGE (bucket) ("
+        f"PARTITION p{months_after(first_bucket, -1)} VALUES LESS THAN ({first_bucket}), "
+        f"PARTITION p{first_bucket} VALUES LESS THAN ({months_after(first_bucket, 1)}), "
+        f"PARTITION {MAXVALUE_PARTITION} VALUES LESS THAN MAXVALUE)"
+    )
+
+
+def _no_pad_collation(server_version: str) -> str:
+    """Binary utf8mb4 collation that does not ignore trailing spaces ('A' <> 'A '), by server:
+    utf8mb4_bin is PAD SPACE on both MariaDB and MySQL."""
+    return "utf8mb4_nopad_bin" if "mariadb" in server_version.lower() else "utf8mb4_0900_bin"
+
+
+def _migrations(first_bucket: int, no_pad: str) -> list[tuple[int, str, list[str]]]:
+    partitions = _partition_clause(first_bucket)
+    identifier = f"VARCHAR(191) CHARACTER SET utf8mb4 COLLATE {no_pad} NOT NULL"
+    return [
+        (
+            1,
+            "buffer, position ledger and batches",
+            [
+                f"""CREATE TABLE buffer_rows (
+                  id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+                  bucket INT UNSIGNED NOT NULL COMMENT 'YYYYMM of the record timestamp (UTC)',
+                  group_key VARCHAR(191) NOT NULL,
+                  item_id VARCHAR(191) NOT NULL,
+                  status ENUM('PENDING','CLAIMED','SENT','DEAD') NOT NULL DEFAULT 'PENDING',
+                  pending_slot TINYINT GENERATED ALWAYS AS (IF(status = 'PENDING', 1, NULL)) STORED,
+                  pos_key VARBINARY(270) NOT NULL COMMENT 'sortable (topic, partition, offset)',
+                  src_topic VARCHAR(249) NOT NULL,
+                  src_partition INT NOT NULL,
+                  src_offset BIGINT NOT NULL,
+                  record_ts_ms BIGINT NOT NULL,
+                  items MEDIUMTEXT NOT NULL COMMENT 'JSON [[sku, quantity], ...] of the newest event',
+                  merged_events INT UNSIGNED NOT NULL DEFAULT 1,
+                  first_seen_ms BIGINT NOT NULL,
+                  last_update_ms BIGINT NOT NULL,
+                  batch_id CHAR(32) NULL,
+                  PRIMARY KEY (id, bucket),
+                  UNIQUE KEY uq_pending_item (bucket, group_key, item_id, pending_slot),
+                  KEY ix_status_group (status, group_key, first_seen_ms),
+                  KEY ix_batch (batch_id)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin {partitions}""",
+                f"""CREATE TABLE ingested_positions (
+                  pos_key VARBINARY(270) NOT NULL,
+                  bucket INT UNSIGNED NOT NULL,
+                  ingest_marker BIGINT NOT NULL COMMENT 'random per ingest call: tells new rows from replays',
+                  PRIMARY KEY (pos_key, bucket)
+                ) ENGINE=InnoDB {partitions}""",
+                """CREATE TABLE batches (
+                  batch_id CHAR(32) NOT NULL PRIMARY KEY,
+                  group_key VARCHAR(191) NOT NULL,
+                  state ENUM('CLAIMED','SENT','DEAD') NOT NULL,
+                  flush_reason VARCHAR(16) NOT NULL,
+                  member_count INT UNSIGNED NOT NULL,
+                  attempts INT UNSIGNED NOT NULL DEFAULT 0,
+                  claimed_at_ms BIGINT NOT NULL,
+                  last_attempt_ms BIGINT NULL,
+                  finished_at_ms BIGINT NULL,
+                  last_error VARCHAR(1024) NULL,
+                  KEY ix_state (state, claimed_at_ms)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
+            ],
+        ),
+        (
+            2,
+            "group keys and item ids compare trailing spaces",
+            [
+                f"ALTER TABLE buffer_rows MODIFY group_key {identifier}, MODIFY item_id {identifier}",
+                f"ALTER TABLE batches MODIFY group_key {identifier}",
+            ],
+        ),
+        (
+            3,
+            "fixed-width batch_id: a claim updates rows in place",
+            [
+                # A NULL takes no space in the row: setting the id grew every claimed row, which
+                # InnoDB cannot do in place. '' means "not claimed yet".
+                "UPDATE buffer_rows SET batch_id = '' WHERE batch_id IS NULL",
+                "ALTER TABLE buffer_rows MODIFY batch_id CHAR(32) CHARACTER SET ascii NOT NULL DEFAULT ''",
+            ],
+        ),
+    ]
+
+
+class SchemaStore(Connection):
+    def migrate(self, now_ms: int) -> list[int]:
+        """Apply the migrations not applied yet, in order. Returns the versions applied now."""
+        with self.transaction() as cur:
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version INT NOT NULL PRIMARY KEY, description VARCHAR(255) NOT NULL,"
+                " applied_at_ms BIGINT NOT NULL) ENGINE=InnoDB"
+            )
+            cur.execute("SELECT version FROM schema_migrations ORDER BY version")
+            done = {row["version"] for row in cur.fetchall()}
+            cur.execute("SELECT VERSION() AS v")
+            no_pad = _no_pad_collation(cur.fetchone()["v"])
+        applied = []
+        for version, description, statements in _migrations(bucket_of(now_ms), no_pad):
+            if version in done:
+                continue
+            with self.transaction() as cur:
+                # MySQL DDL commits implicitly: a failure half-way leaves the version unrecorded
+                # and the next run stops at the first existing table with a clear error.
+                for statement in statements:
+                    cur.execute(statement)
+                cur.execute(
+                    "INSERT INTO schema_migrations (version, description, applied_at_ms) VALUES (%s, %s, %s)",
+                    (version, description, now_ms),
+                )
+            applied.append(version)
+        return applied
+
+    def schema_version(self) -> int:
+        with self.transaction() as cur:
+            cur.execute("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
+            return int(cur.fetchone()["v"])
