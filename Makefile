@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh Debian machine: `make demo` and `make test`.
 PY := .venv/bin/python
 
-.PHONY: setup test demo bench bench-ingest bench-flush bench-replay synth lint
+.PHONY: setup test demo bench bench-ingest bench-flush bench-replay synth lint chaos
 
 setup:
 	@bash scripts/setup.sh
@@ -30,3 +30,8 @@ synth: setup
 
 lint: setup
 	.venv/bin/ruff check src functions infra tests bench
+
+# Fault injection (not part of `make test`, which runs its short profile): own MariaDB and Redis,
+# real SIGKILLs, exact checkers; prints a summary table and one JSON line.
+chaos: setup
+	$(PY) -m chaos --profile full
