@@ -119,7 +119,8 @@ class MariaDB(Server):
             shutil.chown(self.workdir, user=self._user)
         result = subprocess.run(
             [_which("mariadb-install-db", "mysql_install_db"), "--no-defaults", f"--datadir={self.datadir}",
-             f"--user={self._user}", "--auth-root-authentication-method=normal", "--skip-test-db"],
+             f"--user={self._user}", "--auth-root-authentication-method=normal", "--skip-test-db",
+             "--skip-name-resolve"],
             capture_output=True, text=True, check=False,
         )
         if result.returncode != 0:
@@ -131,7 +132,7 @@ class MariaDB(Server):
             f"--port={self.port}", "--bind-address=127.0.0.1", f"--socket={self.workdir / 'mariadb.sock'}",
             f"--pid-file={self.workdir / 'mariadb.pid'}", f"--user={self._user}", "--skip-grant-tables",
             f"--log-error={self.log}", "--innodb-buffer-pool-size=64M", "--innodb-flush-log-at-trx-commit=1",
-            "--sync-binlog=0", "--max-connections=200",
+            "--sync-binlog=0", "--max-connections=200", "--skip-name-resolve",
         ]
 
     def ready(self) -> bool:
