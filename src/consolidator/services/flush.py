@@ -7,7 +7,9 @@ Guarantees (SEMANTICS sections 5 and 8):
 - rows are marked SENT only after the sink confirmed the message, by a statement
   conditional on the batch id and CLAIMED; delivery is at least once;
 - CLAIMED batches are re-published first on every tick; after ``max_attempts`` failed
-  publishes a batch goes to the dead-letter destination and only then becomes DEAD (S, L);
+  publishes a batch goes to the dead-letter destination and only then becomes DEAD (S, L).
+  Only a publish the sink rejected counts: a flusher that dies after the send, before it
+  learned the outcome or before the mark, has not failed a publish, however often it happens;
 - the Redis lock only avoids duplicate work: two flushers at once stay correct because
   claims and marks are conditional statements in the store.
 """
@@ -57,7 +59,7 @@ class TickReport:
 
 @dataclass
 class _Pending:
-    """A batch about to be published: the claim and its attempt number."""
+    """A batch about to be published: the claim and its attempt number (failed publishes + 1)."""
 
     batch: ClaimedBatch
     attempt: int
@@ -186,26 +188,26 @@ class FlushService:
         return rows
 
     def _deliver(self, batches: list[ClaimedBatch], report: TickReport) -> None:
-        """Count the attempts, publish, wait for confirmation, mark the confirmed ones SENT in one
-        conditional statement (or count the failures). A chunk whose mark fails stays CLAIMED
-        and is re-published, under the same ids, next tick."""
+        """Publish the batches still CLAIMED, wait for confirmation, mark the confirmed ones SENT
+        in one conditional statement, and count a failure for each rejected one. A chunk whose
+        mark fails stays CLAIMED and is re-published, under the same ids, next tick."""
         if not batches:
             return
         try:
-            attempts = self.store.start_attempts([b.batch_id for b in batches], self.clock.now_ms())
+            failed_before = self.store.begin_publish([b.batch_id for b in batches], self.clock.now_ms())
         except StoreError as error:
-            log.warning("attempts not recorded; batches stay CLAIMED for the next tick",
+            log.warning("batches not checked before publishing; they stay CLAIMED for the next tick",
                         extra={"batch_ids": [b.batch_id for b in batches], "error": str(error)})
             return
         pending: list[_Pending] = []
         for batch in batches:
-            if batch.batch_id not in attempts:
+            if batch.batch_id not in failed_before:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms)
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
-            pending.append(_Pending(batch, attempts[batch.batch_id], encode(message)))
+            pending.append(_Pending(batch, failed_before[batch.batch_id] + 1, encode(message)))
         if not pending:
             return
         errors = self.sink.publish([OutgoingBatch(p.batch.batch_id, p.batch.group_key, p.body)
@@ -248,12 +250,13 @@ class FlushService:
         log.warning("publish failed; batch stays CLAIMED", extra={"batch_id": batch.batch_id,
                                                                   "attempt": item.attempt, "error": error})
         try:
-            self.store.record_failure(batch.batch_id, error)
-        except StoreError as store_error:  # only the error text is lost; attempts were counted
-            log.warning("publish error not recorded", extra={"batch_id": batch.batch_id,
-                                                             "error": str(store_error)})
-        if item.attempt >= self.max_attempts:
-            self._bury(batch, item.attempt, error, report)
+            failures = self.store.record_failure(batch.batch_id, error)
+        except StoreError as store_error:  # not counted: the batch stays CLAIMED and is retried
+            log.warning("publish failure not recorded", extra={"batch_id": batch.batch_id,
+                                                               "error": str(store_error)})
+            return
+        if failures is not None and failures >= self.max_attempts:
+            self._bury(batch, failures, error, report)
 
     def _bury(self, batch: ClaimedBatch, attempts: int, error: str, report: TickReport) -> None:
         """Dead-letter the batch with its last error; mark it DEAD only once that is confirmed."""

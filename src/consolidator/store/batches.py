@@ -1,4 +1,4 @@
-"""Batches: claim PENDING rows under one batch id, count attempts, mark SENT or DEAD, revive.
+"""Batches: claim PENDING rows under one batch id, count failed publishes, mark SENT or DEAD, revive.
 Rows change state only through statements that name the state they expect."""
 
 from __future__ import annotations
@@ -102,25 +102,20 @@ class BatchStore(Connection):
             head["attempts"], members,
         )
 
-    def start_attempt(self, batch_id_: str, now_ms: int) -> int | None:
-        """Count a publish attempt of a CLAIMED batch; returns the attempt number (None if not CLAIMED)."""
+    def record_failure(self, batch_id_: str, error: str) -> int | None:
+        """Count one failed publish of a CLAIMED batch and keep its error; returns the failed
+        publishes so far (None when the batch is not CLAIMED any more). Only a publish the
+        sink rejected counts: a publish whose outcome was never learned (a crash) does not."""
         with self.transaction() as cur:
             changed = cur.execute(
-                "UPDATE batches SET attempts = attempts + 1, last_attempt_ms = %s"
+                "UPDATE batches SET attempts = attempts + 1, last_error = %s"
                 " WHERE batch_id = %s AND state = 'CLAIMED'",
-                (now_ms, batch_id_),
+                (error[:1024], batch_id_),
             )
             if not changed:
                 return None
             cur.execute("SELECT attempts FROM batches WHERE batch_id = %s", (batch_id_,))
             return int(cur.fetchone()["attempts"])
-
-    def record_failure(self, batch_id_: str, error: str) -> None:
-        with self.transaction() as cur:
-            cur.execute(
-                "UPDATE batches SET last_error = %s WHERE batch_id = %s AND state = 'CLAIMED'",
-                (error[:1024], batch_id_),
-            )
 
     def mark_sent(self, batch_id_: str, now_ms: int) -> bool:
         """CLAIMED -> SENT for the batch and its rows; False when it was not CLAIMED any more."""
@@ -144,16 +139,15 @@ class BatchStore(Connection):
                 )
         return bool(changed)
 
-    def start_attempts(self, batch_ids: Sequence[str], now_ms: int) -> dict[str, int]:
-        """:meth:`start_attempt` for several batches in one transaction: attempt numbers of
-        those still CLAIMED (the others are absent from the result)."""
+    def begin_publish(self, batch_ids: Sequence[str], now_ms: int) -> dict[str, int]:
+        """Note the publish time of the batches still CLAIMED and return their failed publishes
+        so far (the others are absent). Counts nothing: see :meth:`record_failure`."""
         if not batch_ids:
             return {}
         marks = ", ".join(["%s"] * len(batch_ids))
         with self.transaction() as cur:
             cur.execute(
-                "UPDATE batches SET attempts = attempts + 1, last_attempt_ms = %s"
-                f" WHERE state = 'CLAIMED' AND batch_id IN ({marks})",
+                f"UPDATE batches SET last_attempt_ms = %s WHERE state = 'CLAIMED' AND batch_id IN ({marks})",
                 (now_ms, *batch_ids),
             )
             cur.execute(
