@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from consolidator import jsonlines
 from consolidator.batch import iso_ms
 from consolidator.events import KafkaRecord, PoisonEvent
 
@@ -58,7 +58,8 @@ class DeadLetter(Protocol):
 
 @dataclass
 class FileDeadLetter:
-    """Appends JSON lines and fsyncs before confirming. For local runs and the demo."""
+    """Appends JSON lines and fsyncs before confirming. For local runs and the demo.
+    Crash-atomic per line (:mod:`consolidator.jsonlines`): no reader sees a torn entry."""
 
     path: Path
 
@@ -66,20 +67,14 @@ class FileDeadLetter:
         if not entries:
             return set()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as out:
-                for entry in entries:
-                    out.write(json.dumps(entry, sort_keys=True) + "\n")
-                out.flush()
-                os.fsync(out.fileno())
+            jsonlines.append(self.path, (json.dumps(entry, sort_keys=True).encode() for entry in entries))
         except OSError:
             return set(range(len(entries)))
         return set()
 
     def read(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line]
+        """Every complete entry (a torn tail is never an entry)."""
+        return jsonlines.read(self.path)
 
 
 class SqsDeadLetter:
