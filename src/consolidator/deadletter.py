@@ -19,6 +19,7 @@ from consolidator.batch import iso_ms
 from consolidator.events import KafkaRecord, PoisonEvent
 
 MAX_RAW_BYTES = 150_000  # keeps a dead-letter message under the SQS size limit once base64'd
+SQS_MAX_BYTES = 256 * 1024  # one SQS message, and one SendMessageBatch call, at most
 
 
 def poison_entry(record: KafkaRecord, error: PoisonEvent, now_ms: int) -> dict:
@@ -77,8 +78,24 @@ class FileDeadLetter:
         return jsonlines.read(self.path)
 
 
+def fit_entry(entry: dict, max_bytes: int) -> str:
+    """The entry as JSON, at most ``max_bytes``: a dead batch too large keeps its id, group,
+    counts and member positions but drops item ids and items (the rows stay in the buffer,
+    DEAD, and ``dlq redrive --batches`` re-publishes them in full)."""
+    body = json.dumps(entry, sort_keys=True)
+    if len(body.encode()) <= max_bytes or entry.get("kind") != "dead_batch":
+        return body
+    batch = {k: v for k, v in entry["batch"].items() if k not in ("item_ids", "items")}
+    body = json.dumps(entry | {"batch": batch, "batch_truncated": True}, sort_keys=True)
+    if len(body.encode()) <= max_bytes:
+        return body
+    batch.pop("members", None)
+    return json.dumps(entry | {"batch": batch, "batch_truncated": True}, sort_keys=True)
+
+
 class SqsDeadLetter:
-    """SQS queue; entries go in batches of 10 and each entry's result is checked."""
+    """SQS queue; entries go in calls of at most 10 entries and 256 KiB, each entry's result
+    is checked; a dead batch too large for one message is shortened (:func:`fit_entry`)."""
 
     def __init__(self, queue_url: str, client=None) -> None:
         import boto3
@@ -90,13 +107,16 @@ class SqsDeadLetter:
     def send(self, entries: Sequence[dict]) -> set[int]:
         from botocore.exceptions import BotoCoreError, ClientError
 
+        from consolidator.sinks import chunk_by_size
+
         failed: set[int] = set()
-        for start in range(0, len(entries), 10):
-            chunk = range(start, min(start + 10, len(entries)))
+        bodies = [fit_entry(entry, SQS_MAX_BYTES) for entry in entries]
+        sizes = [len(body.encode()) for body in bodies]
+        for chunk in chunk_by_size(range(len(entries)), sizes, 10, SQS_MAX_BYTES):
             try:
                 response = self._client.send_message_batch(
                     QueueUrl=self.queue_url,
-                    Entries=[{"Id": str(i), "MessageBody": json.dumps(entries[i], sort_keys=True)} for i in chunk],
+                    Entries=[{"Id": str(i), "MessageBody": bodies[i]} for i in chunk],
                 )
             except (BotoCoreError, ClientError):
                 failed.update(chunk)

@@ -108,6 +108,13 @@ class FlushSettings(_Policy, _DeadLetter, _Fields, _Base):
     lock_ttl_seconds: float = Field(60, gt=0, description="Redis lock TTL; set it to the flush timeout")
     max_rows_per_tick: int = Field(20_000, gt=0)
 
+    # -- sink size limits (issue 10) ------------------------------------------------------------
+    max_batch_bytes: int | None = Field(
+        None, gt=0, le=100_000_000,
+        description="Cap on one encoded batch message; a due claim is split into batches under it. "
+                    "Default: the sink's per-message limit. Must not exceed that limit.",
+    )
+
     @field_validator("sink_url")
     @classmethod
     def _sink_scheme(cls, url: str) -> str:

@@ -85,3 +85,20 @@ def test_messages_validate_against_the_shipped_schema_and_bad_ones_do_not():
 def test_empty_batch_is_refused():
     with pytest.raises(ValueError):
         build_message("WH-1", [], FlushReason.IDLE, T0)
+
+
+@pytest.mark.parametrize("cap", [600, 2_000, 9_000])
+def test_split_to_fit_keeps_order_and_takes_the_longest_prefix_that_fits(cap):
+    from consolidator.batch import message_bytes, split_to_fit
+
+    members = [member(i, f"O{i}", [(f"SKU-{i}-{k}", k) for k in range(i % 7)]) for i in range(120)]
+    batches = split_to_fit("WH-1", members, FlushReason.FULL, T0, cap)
+    assert [m for b in batches for m in b] == members, "every member once, in claim order"
+    rest = list(members)
+    for batch in batches:
+        size = message_bytes("WH-1", batch, FlushReason.FULL, T0)
+        assert size <= cap or len(batch) == 1
+        if len(batch) < len(rest):  # the next member would not have fitted
+            assert message_bytes("WH-1", rest[: len(batch) + 1], FlushReason.FULL, T0) > cap
+        rest = rest[len(batch):]
+    assert split_to_fit("WH-1", members, FlushReason.FULL, T0, None) == [members]

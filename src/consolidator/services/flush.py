@@ -16,6 +16,7 @@ Guarantees (SEMANTICS sections 5 and 8):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from consolidator.batch import build_message, encode
 from consolidator.clock import Clock
 from consolidator.deadletter import DeadLetter, dead_batch_entry
-from consolidator.errors import LockUnavailable, StoreError
+from consolidator.errors import ConfigurationError, LockUnavailable, StoreError
 from consolidator.lock import RedisLock
 from consolidator.policy import FlushReason, GroupStats, Policy, due_groups, due_reason
 from consolidator.services.ingest import MetricsRecorder, NoMetrics
@@ -134,9 +135,10 @@ class FlushService:
             self.metrics.add_metric(name="OldestPendingAge", unit="Milliseconds", value=max(0, now - oldest))
         outbox: list[ClaimedBatch] = []
         for group, reason in due_groups(stats, now, self.policy):
+            limit = self.policy.max_batch_size  # rows left in this claim (a cut claim continues)
             while reason is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
                 try:
-                    batch = self.store.claim(group.group_key, reason, self.policy.max_batch_size, now)
+                    batch = self.store.claim(group.group_key, reason, limit, now, self.policy.max_batch_bytes)
                 except StoreError as error:
                     log.warning("claim skipped this tick", extra={"group_key": group.group_key,
                                                                   "error": str(error)})
@@ -150,8 +152,13 @@ class FlushService:
                 if len(outbox) >= self.publish_chunk:
                     self._deliver(outbox, report)
                     outbox = []
-                if len(batch.members) < self.policy.max_batch_size:
+                if batch.cut:  # split under max_batch_bytes: the claim goes on, same reason
+                    limit -= len(batch.members)
+                    if limit > 0:
+                        continue
+                elif len(batch.members) < limit:
                     break  # the group had no more PENDING rows we could take
+                limit = self.policy.max_batch_size
                 left = self.store.pending_group_stats(group.group_key)
                 reason = due_reason(left[0], now, self.policy) if left else None
         self._deliver(outbox, report)
@@ -300,6 +307,18 @@ class FlushService:
         return reports
 
 
+def batch_bytes_cap(configured: int | None, sink: Sink) -> int:
+    """CONSOLIDATOR_MAX_BATCH_BYTES, or the sink's per-message limit when unset; a cap above
+    that limit would only make batches the sink must refuse, so it is a configuration error."""
+    if configured is None:
+        return sink.max_message_bytes
+    if configured > sink.max_message_bytes:
+        raise ConfigurationError(
+            f"invalid configuration: CONSOLIDATOR_MAX_BATCH_BYTES ({configured}) is over the sink's "
+            f"per-message limit ({sink.max_message_bytes} bytes); lower it or leave it unset")
+    return configured
+
+
 def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> FlushService:
     """Wire the service from :class:`~consolidator.settings.FlushSettings`."""
     from consolidator.aws_secrets import secret_string
@@ -308,11 +327,12 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
     from consolidator.sinks import sink_from_url
     from consolidator.store import open_store
 
+    sink = sink_from_url(settings.sink_url)
     return FlushService(
         store=open_store(settings.database_url, settings.database_secret_arn),
-        sink=sink_from_url(settings.sink_url),
+        sink=sink,
         dead_letter=dead_letter_from_url(settings.dead_letter_url),
-        policy=settings.policy(),
+        policy=dataclasses.replace(settings.policy(), max_batch_bytes=batch_bytes_cap(settings.max_batch_bytes, sink)),
         clock=clock or SystemClock(),
         max_attempts=settings.max_attempts,
         max_rows_per_tick=settings.max_rows_per_tick,

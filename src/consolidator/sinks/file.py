@@ -9,6 +9,8 @@ from pathlib import Path
 from consolidator import jsonlines
 from consolidator.sinks import OutgoingBatch
 
+MAX_MESSAGE_BYTES = 1_000_000  # like the Kafka sink's default, so local runs split as Kafka would
+
 
 @dataclass
 class FileSink:
@@ -18,6 +20,7 @@ class FileSink:
     re-published."""
 
     path: Path
+    max_message_bytes: int = MAX_MESSAGE_BYTES
 
     def publish(self, batches: Sequence[OutgoingBatch]) -> dict[int, str]:
         if not batches:

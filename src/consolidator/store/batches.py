@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from consolidator.batch import Member, batch_id
+from consolidator.batch import Member, batch_id, fitting_prefix
 from consolidator.errors import StoreError
 from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason
@@ -23,6 +23,7 @@ class ClaimedBatch:
     claimed_at_ms: int
     attempts: int
     members: tuple[Member, ...]
+    cut: bool = False  # the claim stopped at the byte cap: the rows after it belong to the same claim
 
 
 def _member(row: dict) -> Member:
@@ -37,10 +38,13 @@ def _member(row: dict) -> Member:
 
 
 class BatchStore(Connection):
-    def claim(self, group_key: str, reason: FlushReason, limit: int, now_ms: int) -> ClaimedBatch | None:
+    def claim(self, group_key: str, reason: FlushReason, limit: int, now_ms: int,
+              max_bytes: int | None = None) -> ClaimedBatch | None:
         """Claim up to ``limit`` PENDING rows of the group, oldest first, under one batch id
         derived from their positions. Rows locked by a concurrent claimer are skipped; if any
-        chosen row changed state meanwhile, nothing is claimed (B: one id per claim)."""
+        chosen row changed state meanwhile, nothing is claimed (B: one id per claim). With
+        ``max_bytes``, only the rows whose message fits (:func:`~consolidator.batch.fitting_prefix`)
+        are taken and the batch is marked ``cut``."""
         with self.transaction() as cur:
             cur.execute(
                 "SELECT id, bucket, src_topic, src_partition, src_offset, item_id, items,"
@@ -53,6 +57,11 @@ class BatchStore(Connection):
             if not rows:
                 return None
             members = tuple(_member(r) for r in rows)
+            cut = False
+            if max_bytes is not None:
+                taken = fitting_prefix(group_key, members, reason, now_ms, max_bytes)
+                cut = taken < len(rows)
+                rows, members = rows[:taken], members[:taken]
             new_id = batch_id(group_key, (m.position for m in members))
             pairs = [(r["id"], r["bucket"]) for r in rows]
             updated = cur.execute(
@@ -67,7 +76,7 @@ class BatchStore(Connection):
                 " VALUES (%s, %s, 'CLAIMED', %s, %s, %s)",
                 (new_id, group_key, str(reason), len(rows), now_ms),
             )
-        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members)
+        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut)
 
     def claimed_batch_ids(self, limit: int) -> list[str]:
         """CLAIMED batches, oldest claim first."""
