@@ -22,11 +22,30 @@ MAX_RAW_BYTES = 150_000  # keeps a dead-letter message under the SQS size limit 
 SQS_MAX_BYTES = 256 * 1024  # one SQS message, and one SendMessageBatch call, at most
 
 
+def idempotency_key(entry: dict) -> str:
+    """What makes two dead-letter entries the same: the source position of a poison record,
+    the batch id of a dead batch. A retried partition that dead-letters its poison again writes
+    an entry with the same key; readers count it once. Entries written before the key existed
+    get the same key computed from their content."""
+    if entry.get("idempotency_key"):
+        return str(entry["idempotency_key"])
+    source = entry.get("source")
+    if isinstance(source, dict):
+        return f"poison:{source.get('topic')}:{source.get('partition')}:{source.get('offset')}"
+    batch = entry.get("batch")
+    if isinstance(batch, dict) and batch.get("batch_id"):
+        return f"dead_batch:{batch['batch_id']}"
+    return json.dumps(entry, sort_keys=True)
+
+
 def poison_entry(record: KafkaRecord, error: PoisonEvent, now_ms: int) -> dict:
-    """The dead-letter message of a poison record: position, raw bytes (base64), reason."""
+    """The dead-letter message of a poison record: position, raw bytes (base64), reason, and
+    the position again as ``idempotency_key``."""
     value = record.value or b""
+    p = record.position
     return {
         "kind": "poison",
+        "idempotency_key": f"poison:{p.topic}:{p.partition}:{p.offset}",
         "reason": str(error.reason),
         "detail": error.detail,
         "source": record.position.as_dict(),
@@ -43,6 +62,7 @@ def dead_batch_entry(message: dict, attempts: int, error: str, now_ms: int) -> d
     """The dead-letter message of a batch that failed ``attempts`` publishes."""
     return {
         "kind": "dead_batch",
+        "idempotency_key": f"dead_batch:{message['batch_id']}",
         "reason": "max_attempts",
         "detail": error,
         "attempts": attempts,

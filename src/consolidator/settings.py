@@ -126,6 +126,10 @@ class FlushSettings(_Policy, _DeadLetter, _Fields, _Base):
         return _check_scheme(url, ("redis", "rediss"))
 
 
+class PolicySettings(_Policy, _Base):
+    """What ``flush --dry-run`` needs: the database and the flush policy, nothing else."""
+
+
 class CleanupSettings(_Base):
     """What the cleanup function needs."""
 

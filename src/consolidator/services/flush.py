@@ -56,6 +56,7 @@ class TickReport:
     published: list[PublishedBatch] = field(default_factory=list)  # confirmed by the sink
     dead: int = 0  # batches that became DEAD this tick
     publish_failures: int = 0
+    error: str | None = None  # why the lock backend was unreachable (skipped = "lock_unavailable")
 
 
 @dataclass
@@ -104,6 +105,7 @@ class FlushService:
             except LockUnavailable as error:
                 log.warning("flush tick skipped: lock backend unreachable", extra={"error": str(error)})
                 report.skipped = "lock_unavailable"
+                report.error = str(error)
             else:
                 if not held:
                     log.info("flush tick skipped: another flusher holds the lock")
@@ -290,15 +292,18 @@ class FlushService:
 
     # -- one invocation ----------------------------------------------------------------------
 
-    def run(self, remaining_ms: Callable[[], int], sleep: Callable[[float], None] = time.sleep) -> list[TickReport]:
+    def run(self, remaining_ms: Callable[[], int], sleep: Callable[[float], None] = time.sleep,
+            on_tick: Callable[[TickReport], None] | None = None) -> list[TickReport]:
         """Tick every ``policy.tick_interval_ms`` (by ``clock``) while the invocation's remaining
         time allows one more tick plus a safety margin (``safety_margin_ms``, at most a fifth of
-        the time available at the start)."""
+        the time available at the start). ``on_tick`` sees each report as soon as its tick ends."""
         margin = min(self.safety_margin_ms, remaining_ms() // 5)
         reports: list[TickReport] = []
         while remaining_ms() > margin:
             started = self.clock.now_ms()
             reports.append(self.tick(remaining_ms=lambda: remaining_ms() - margin + self.safety_margin_ms))
+            if on_tick is not None:
+                on_tick(reports[-1])
             wait_ms = max(0, started + self.policy.tick_interval_ms - self.clock.now_ms())
             if remaining_ms() - wait_ms <= 2 * margin:
                 break
