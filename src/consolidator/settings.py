@@ -38,6 +38,12 @@ class _Base(BaseSettings):
         None, description="Secrets Manager secret (RDS format) used when DATABASE_URL is unset"
     )
 
+    # -- metrics (issue 10) -------------------------------------------------------------------
+    environment: str = Field(
+        "local", pattern=r"^[a-z][a-z0-9-]{0,20}$",
+        description="Deployment name (dev, staging, prod); every metric carries it as the environment dimension",
+    )
+
     @model_validator(mode="after")
     def _one_database_source(self) -> Self:
         if not (self.database_url or self.database_secret_arn):
