@@ -135,6 +135,9 @@ def test_dlq_list_shows_an_entry_written_twice_once_with_a_count(env, migrated, 
     (["stream", "--bootstrap-servers", "b:9092", "--topic", "t", "--checkpoint", "c",
       "--sink-url", "file:///tmp/b.jsonl", "--dead-letter-url", "file:///tmp/d.jsonl",
       "--debounce-seconds", "-5"], "must be positive"),
+    (["stream", "--bootstrap-servers", "b:9092", "--topic", "t", "--checkpoint", "c",
+      "--sink-url", "file:///tmp/b.jsonl", "--dead-letter-url", "file:///tmp/d.jsonl",
+      "--max-batch-bytes", "2000000"], "over the sink's per-message limit (1000000 bytes)"),
 ])
 def test_spark_commands_check_their_inputs_before_starting_spark(args, says, tmp_path):
     """With no Java to start, a check that came after Spark's start would fail on Java instead."""

@@ -115,6 +115,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # usage errors and help in boxes only on a terminal: piped, they are plain unwrapped lines
+    rich_markup_mode="rich" if sys.stderr.isatty() else None,
 )
 
 def _version(value: bool) -> None:

@@ -66,6 +66,24 @@ def _policy(*args: int) -> Policy:
         raise typer.BadParameter(str(exc), param_hint="the policy options") from None
 
 
+def _batch_cap(sink_url: str, configured: int | None) -> int:
+    """The same byte cap as the flush function: the sink's per-message limit unless lower."""
+    from consolidator.sinks import sink_from_url
+
+    try:
+        sink = sink_from_url(sink_url)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--sink-url") from None
+    try:
+        limit = sink.max_message_bytes
+    finally:
+        sink.close()
+    if configured is not None and configured > limit:
+        raise typer.BadParameter(f"{configured} is over the sink's per-message limit ({limit} bytes)",
+                                 param_hint="--max-batch-bytes")
+    return configured or limit
+
+
 def _ints(values: str, option: str) -> list[int]:
     try:
         parsed = [int(v) for v in values.split(",") if v.strip()]
@@ -96,6 +114,9 @@ def stream(
     items_field: ItemsField = "items",
     max_event_bytes: MaxBytes = 262_144,
     master: MasterOpt = None,
+    max_batch_bytes: Annotated[int | None, typer.Option(
+        "--max-batch-bytes", envvar="CONSOLIDATOR_MAX_BATCH_BYTES", min=1,
+        help="Cap on one batch message (default: the sink's per-message limit).")] = None,
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
     from consolidator.spark.session import build_session
@@ -103,10 +124,12 @@ def stream(
 
     _url(sink_url, ("kafka", "sqs", "events", "file"), "--sink-url")
     _url(dead_letter_url, ("sqs", "file"), "--dead-letter-url")
+    max_batch_bytes = _batch_cap(sink_url, max_batch_bytes)
     config = StreamConfig(
         bootstrap_servers=bootstrap_servers, topic=topic, sink_url=sink_url, dead_letter_url=dead_letter_url,
         checkpoint=checkpoint,
-        policy=_policy(round(debounce_seconds * 1000), round(hard_window_seconds * 1000), max_batch_size),
+        policy=_policy(round(debounce_seconds * 1000), round(hard_window_seconds * 1000), max_batch_size,
+                       _DEFAULT.tick_interval_ms, max_batch_bytes),
         names=FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field),
         max_event_bytes=max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
