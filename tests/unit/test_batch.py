@@ -102,3 +102,21 @@ def test_split_to_fit_keeps_order_and_takes_the_longest_prefix_that_fits(cap):
             assert message_bytes("WH-1", rest[: len(batch) + 1], FlushReason.FULL, T0) > cap
         rest = rest[len(batch):]
     assert split_to_fit("WH-1", members, FlushReason.FULL, T0, None) == [members]
+
+
+def test_the_size_bound_is_never_below_the_message_size():
+    import random
+
+    from consolidator.batch import message_bytes, message_bytes_bound
+
+    rng = random.Random(7)
+    alphabet = "aZ9-\"\\\n\u00e9\u4e2d\U0001f600\x01"
+    for _ in range(300):
+        members = [
+            member(rng.randrange(2**62), "".join(rng.choices(alphabet, k=rng.randrange(1, 12))),
+                   [("".join(rng.choices(alphabet, k=rng.randrange(1, 8))), rng.randrange(2**63))
+                    for _ in range(rng.randrange(0, 5))], partition=rng.randrange(2**31), merged=rng.randrange(1, 10**6))
+            for _ in range(rng.randrange(1, 40))
+        ]
+        group = "".join(rng.choices(alphabet, k=rng.randrange(1, 20)))
+        assert message_bytes_bound(group, members) >= message_bytes(group, members, FlushReason.HARD_WINDOW, T0)
