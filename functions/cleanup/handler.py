@@ -17,7 +17,9 @@ copy_config_to_registered_loggers(source_logger=logger)
 @cache
 def service() -> CleanupService:
     """Built on the first invocation (settings validated then), reused while the container lives."""
-    return build_cleanup_service(load_settings(CleanupSettings), metrics)
+    settings = load_settings(CleanupSettings)
+    metrics.set_default_dimensions(environment=settings.environment)  # the alarms select on it
+    return build_cleanup_service(settings, metrics)
 
 
 @logger.inject_lambda_context

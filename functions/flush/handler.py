@@ -17,7 +17,9 @@ copy_config_to_registered_loggers(source_logger=logger)
 @cache
 def service() -> FlushService:
     """Built on the first invocation (settings validated then), reused while the container lives."""
-    return build_flush_service(load_settings(FlushSettings), metrics)
+    settings = load_settings(FlushSettings)
+    metrics.set_default_dimensions(environment=settings.environment)  # the alarms select on it
+    return build_flush_service(settings, metrics)
 
 
 @logger.inject_lambda_context

@@ -17,7 +17,9 @@ copy_config_to_registered_loggers(source_logger=logger)
 @cache
 def service() -> IngestService:
     """Built on the first invocation (settings validated then), reused while the container lives."""
-    return build_ingest_service(load_settings(IngestSettings), metrics)
+    settings = load_settings(IngestSettings)
+    metrics.set_default_dimensions(environment=settings.environment)  # the alarms select on it
+    return build_ingest_service(settings, metrics)
 
 
 @logger.inject_lambda_context

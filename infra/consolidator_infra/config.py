@@ -197,6 +197,22 @@ class AlarmConfig(_Model):
     database_cpu_percent: float = Field(80, gt=0, le=100)
     database_connections: int = Field(200, ge=1)
 
+    # -- on-call alarms (issue 10) ---------------------------------------------------------------
+    runbook_base_url: str = Field(
+        pattern=r"^https?://[^\s#]+$",
+        description="where docs/runbook.md is published; each alarm links to <url>#<alarmname>",
+    )
+    records_failed_minutes: int = Field(3, ge=1, le=60, description="ingest RecordsFailed > 0 in N consecutive minutes")
+    dead_letter_age_warning_hours: float = Field(24, gt=0, description="oldest dead-letter message older than this")
+    dead_letter_age_critical_days: float = Field(
+        10, gt=0, lt=14, description="oldest dead-letter message older than this (the queue keeps 14 days)")
+    duration_warning_percent: float = Field(
+        80, gt=0, lt=100, description="ingest/cleanup duration above this share of their timeout")
+    cache_cpu_percent: float = Field(90, gt=0, le=100, description="cache engine CPU")
+    cache_memory_percent: float = Field(90, gt=0, le=100, description="cache memory used")
+    database_capacity_percent: float = Field(
+        95, gt=0, le=100, description="Aurora ACUUtilization: capacity used, in percent of max_capacity")
+
 
 class EnvironmentConfig(_Model):
     """Everything one deployment (dev, staging, prod, ...) needs."""
@@ -212,7 +228,7 @@ class EnvironmentConfig(_Model):
     cache: CacheConfig = CacheConfig()
     policy: PolicyConfig = PolicyConfig()
     functions: FunctionsConfig = FunctionsConfig()
-    alarms: AlarmConfig = AlarmConfig()
+    alarms: AlarmConfig
     spark: bool = Field(False, description="also deploy the EMR Serverless Spark application")
     tags: dict[str, str] = Field(default_factory=dict)
 

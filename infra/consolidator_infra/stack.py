@@ -48,7 +48,8 @@ class ConsolidatorStack(Stack):
         self.functions = FunctionFactory(
             self, "Functions", network=self.network, log_retention_days=fn.log_retention_days,
             log_level=fn.log_level, removal_policy=removal,
-            environment={f"{P}DATABASE_SECRET_ARN": self.database.secret.secret_arn},
+            environment={f"{P}DATABASE_SECRET_ARN": self.database.secret.secret_arn,
+                         f"{P}ENVIRONMENT": config.name},  # the metrics' environment dimension
         )
         fields = {
             f"{P}GROUP_KEY_FIELD": policy.group_key_field, f"{P}ITEM_ID_FIELD": policy.item_id_field,
@@ -122,11 +123,12 @@ class ConsolidatorStack(Stack):
             self, "Migration", function=self.migrate, after=[self.database.cluster, self.network],
         )
         self.monitoring = Monitoring(
-            self, "Monitoring", config=config.alarms, policy=policy, environment=config.name,
+            self, "Monitoring", config=config.alarms, policy=policy, functions=fn, database=config.database,
+            environment=config.name,
             targets=Monitored(
                 ingest=self.ingest, flush=self.flush, cleanup=self.cleanup,
                 dead_letter=self.dead_letters.queue, ingest_failures=self.dead_letters.ingest_failures,
-                cluster=self.database.cluster,
+                cluster=self.database.cluster, cache=self.cache.group,
             ),
         )
         self.spark = self._spark() if config.spark else None

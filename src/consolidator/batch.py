@@ -18,7 +18,7 @@ from typing import NamedTuple
 import orjson
 
 from consolidator.events import SourcePosition
-from consolidator.policy import FlushReason
+from consolidator.policy import FlushReason, Policy
 
 SCHEMA_VERSION = 1
 
@@ -94,6 +94,66 @@ def encode(message: dict) -> bytes:
         return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # an integer beyond 64 bits (a huge summed quantity): same bytes, slower
         return json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def message_bytes(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int) -> int:
+    """Size of the encoded v1 message of these members."""
+    return len(encode(build_message(group_key, members, reason, flushed_at_ms)))
+
+
+def message_bytes_bound(group_key: str, members: Sequence[Member]) -> int:
+    """An upper bound of :func:`message_bytes`, without building the message: every string
+    counted as if each character were a 6-byte JSON escape, every number at its widest."""
+    size = 512 + 6 * len(group_key)  # fixed fields, keys, batch id, times, counts
+    for m in members:
+        size += 6 * len(m.item_id) + 3 + 6 * len(m.position.topic) + 80
+        size += sum(6 * len(sku) + 64 for sku, _ in m.items)
+    return size
+
+
+def fitting_prefix(
+    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int, max_bytes: int
+) -> int:
+    """How many of ``members`` (claim order) the next batch takes under the byte cap: the
+    longest prefix found whose encoded message is at most ``max_bytes``, at least 1 (a member
+    too large on its own is a batch of its own; the sink rejects it and, after
+    ``max_attempts``, it reaches the dead-letter destination)."""
+    if message_bytes_bound(group_key, members) <= max_bytes:
+        return len(members)  # the common case: far under the cap, no message built
+    if message_bytes(group_key, members, reason, flushed_at_ms) <= max_bytes:
+        return len(members)
+    fits, too_big = 1, len(members)  # invariant: a prefix of ``too_big`` members is too large
+    while too_big - fits > 1:
+        middle = (fits + too_big) // 2
+        if message_bytes(group_key, members[:middle], reason, flushed_at_ms) <= max_bytes:
+            fits = middle
+        else:
+            too_big = middle
+    return fits
+
+
+def split_to_fit(
+    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int, max_bytes: int | None
+) -> list[list[Member]]:
+    """One claim's members as consecutive batches, each :func:`fitting_prefix` of what is left.
+    Both engines split a claim with this rule, so they produce the same batches."""
+    rest = list(members)
+    if max_bytes is None:
+        return [rest] if rest else []
+    batches = []
+    while rest:
+        taken = fitting_prefix(group_key, rest, reason, flushed_at_ms, max_bytes)
+        batches.append(rest[:taken])
+        rest = rest[taken:]
+    return batches
+
+
+def fit_claims(
+    group_key: str, claims: Sequence[tuple[FlushReason, Sequence[Member]]], flushed_at_ms: int, policy: Policy
+) -> list[tuple[FlushReason, list[Member]]]:
+    """:func:`~consolidator.policy.plan_batches` claims split under ``policy.max_batch_bytes``."""
+    return [(reason, batch) for reason, members in claims
+            for batch in split_to_fit(group_key, members, reason, flushed_at_ms, policy.max_batch_bytes)]
 
 
 def load_schema() -> dict:

@@ -8,24 +8,44 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from consolidator import jsonlines
 from consolidator.batch import iso_ms
 from consolidator.events import KafkaRecord, PoisonEvent
 
 MAX_RAW_BYTES = 150_000  # keeps a dead-letter message under the SQS size limit once base64'd
+SQS_MAX_BYTES = 256 * 1024  # one SQS message, and one SendMessageBatch call, at most
+
+
+def idempotency_key(entry: dict) -> str:
+    """What makes two dead-letter entries the same: the source position of a poison record,
+    the batch id of a dead batch. A retried partition that dead-letters its poison again writes
+    an entry with the same key; readers count it once. Entries written before the key existed
+    get the same key computed from their content."""
+    if entry.get("idempotency_key"):
+        return str(entry["idempotency_key"])
+    source = entry.get("source")
+    if isinstance(source, dict):
+        return f"poison:{source.get('topic')}:{source.get('partition')}:{source.get('offset')}"
+    batch = entry.get("batch")
+    if isinstance(batch, dict) and batch.get("batch_id"):
+        return f"dead_batch:{batch['batch_id']}"
+    return json.dumps(entry, sort_keys=True)
 
 
 def poison_entry(record: KafkaRecord, error: PoisonEvent, now_ms: int) -> dict:
-    """The dead-letter message of a poison record: position, raw bytes (base64), reason."""
+    """The dead-letter message of a poison record: position, raw bytes (base64), reason, and
+    the position again as ``idempotency_key``."""
     value = record.value or b""
+    p = record.position
     return {
         "kind": "poison",
+        "idempotency_key": f"poison:{p.topic}:{p.partition}:{p.offset}",
         "reason": str(error.reason),
         "detail": error.detail,
         "source": record.position.as_dict(),
@@ -42,6 +62,7 @@ def dead_batch_entry(message: dict, attempts: int, error: str, now_ms: int) -> d
     """The dead-letter message of a batch that failed ``attempts`` publishes."""
     return {
         "kind": "dead_batch",
+        "idempotency_key": f"dead_batch:{message['batch_id']}",
         "reason": "max_attempts",
         "detail": error,
         "attempts": attempts,
@@ -58,7 +79,8 @@ class DeadLetter(Protocol):
 
 @dataclass
 class FileDeadLetter:
-    """Appends JSON lines and fsyncs before confirming. For local runs and the demo."""
+    """Appends JSON lines and fsyncs before confirming. For local runs and the demo.
+    Crash-atomic per line (:mod:`consolidator.jsonlines`): no reader sees a torn entry."""
 
     path: Path
 
@@ -66,24 +88,34 @@ class FileDeadLetter:
         if not entries:
             return set()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as out:
-                for entry in entries:
-                    out.write(json.dumps(entry, sort_keys=True) + "\n")
-                out.flush()
-                os.fsync(out.fileno())
+            jsonlines.append(self.path, (json.dumps(entry, sort_keys=True).encode() for entry in entries))
         except OSError:
             return set(range(len(entries)))
         return set()
 
     def read(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line]
+        """Every complete entry (a torn tail is never an entry)."""
+        return jsonlines.read(self.path)
+
+
+def fit_entry(entry: dict, max_bytes: int) -> str:
+    """The entry as JSON, at most ``max_bytes``: a dead batch too large keeps its id, group,
+    counts and member positions but drops item ids and items (the rows stay in the buffer,
+    DEAD, and ``dlq redrive --batches`` re-publishes them in full)."""
+    body = json.dumps(entry, sort_keys=True)
+    if len(body.encode()) <= max_bytes or entry.get("kind") != "dead_batch":
+        return body
+    batch = {k: v for k, v in entry["batch"].items() if k not in ("item_ids", "items")}
+    body = json.dumps(entry | {"batch": batch, "batch_truncated": True}, sort_keys=True)
+    if len(body.encode()) <= max_bytes:
+        return body
+    batch.pop("members", None)
+    return json.dumps(entry | {"batch": batch, "batch_truncated": True}, sort_keys=True)
 
 
 class SqsDeadLetter:
-    """SQS queue; entries go in batches of 10 and each entry's result is checked."""
+    """SQS queue; entries go in calls of at most 10 entries and 256 KiB, each entry's result
+    is checked; a dead batch too large for one message is shortened (:func:`fit_entry`)."""
 
     def __init__(self, queue_url: str, client=None) -> None:
         import boto3
@@ -95,13 +127,16 @@ class SqsDeadLetter:
     def send(self, entries: Sequence[dict]) -> set[int]:
         from botocore.exceptions import BotoCoreError, ClientError
 
+        from consolidator.sinks import chunk_by_size
+
         failed: set[int] = set()
-        for start in range(0, len(entries), 10):
-            chunk = range(start, min(start + 10, len(entries)))
+        bodies = [fit_entry(entry, SQS_MAX_BYTES) for entry in entries]
+        sizes = [len(body.encode()) for body in bodies]
+        for chunk in chunk_by_size(range(len(entries)), sizes, 10, SQS_MAX_BYTES):
             try:
                 response = self._client.send_message_batch(
                     QueueUrl=self.queue_url,
-                    Entries=[{"Id": str(i), "MessageBody": json.dumps(entries[i], sort_keys=True)} for i in chunk],
+                    Entries=[{"Id": str(i), "MessageBody": bodies[i]} for i in chunk],
                 )
             except (BotoCoreError, ClientError):
                 failed.update(chunk)

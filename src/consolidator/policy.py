@@ -25,10 +25,13 @@ class Policy:
     hard_window_ms: int = 1_800_000
     max_batch_size: int = 500
     tick_interval_ms: int = 30_000
+    max_batch_bytes: int | None = None  # encoded message cap; a claim is split to fit (batch.split_to_fit)
 
     def __post_init__(self) -> None:
         if min(self.debounce_ms, self.hard_window_ms, self.max_batch_size, self.tick_interval_ms) <= 0:
             raise ValueError(f"every policy setting must be positive: {self}")
+        if self.max_batch_bytes is not None and self.max_batch_bytes <= 0:
+            raise ValueError(f"max_batch_bytes must be positive: {self}")
 
 
 class GroupStats(NamedTuple):

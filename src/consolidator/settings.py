@@ -38,6 +38,12 @@ class _Base(BaseSettings):
         None, description="Secrets Manager secret (RDS format) used when DATABASE_URL is unset"
     )
 
+    # -- metrics (issue 10) -------------------------------------------------------------------
+    environment: str = Field(
+        "local", pattern=r"^[a-z][a-z0-9-]{0,20}$",
+        description="Deployment name (dev, staging, prod); every metric carries it as the environment dimension",
+    )
+
     @model_validator(mode="after")
     def _one_database_source(self) -> Self:
         if not (self.database_url or self.database_secret_arn):
@@ -108,6 +114,13 @@ class FlushSettings(_Policy, _DeadLetter, _Fields, _Base):
     lock_ttl_seconds: float = Field(60, gt=0, description="Redis lock TTL; set it to the flush timeout")
     max_rows_per_tick: int = Field(20_000, gt=0)
 
+    # -- sink size limits (issue 10) ------------------------------------------------------------
+    max_batch_bytes: int | None = Field(
+        None, gt=0, le=100_000_000,
+        description="Cap on one encoded batch message; a due claim is split into batches under it. "
+                    "Default: the sink's per-message limit. Must not exceed that limit.",
+    )
+
     @field_validator("sink_url")
     @classmethod
     def _sink_scheme(cls, url: str) -> str:
@@ -117,6 +130,10 @@ class FlushSettings(_Policy, _DeadLetter, _Fields, _Base):
     @classmethod
     def _redis_scheme(cls, url: str) -> str:
         return _check_scheme(url, ("redis", "rediss"))
+
+
+class PolicySettings(_Policy, _Base):
+    """What ``flush --dry-run`` needs: the database and the flush policy, nothing else."""
 
 
 class CleanupSettings(_Base):

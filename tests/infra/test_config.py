@@ -78,3 +78,14 @@ def test_sink_urls():
     bus = config.model_copy(update={"sink": EventBridgeSinkConfig(
         event_bus_arn="arn:aws:events:eu-west-1:111111111111:event-bus/orders")})
     assert bus.sink_url() == "events://orders?source=consolidator"
+
+
+def test_runbook_links_need_an_absolute_base_url(tmp_path):
+    directory = _write(tmp_path, "bad", alarms__runbook_base_url="README.md#alarms")
+    with pytest.raises(ConfigError, match="alarms.runbook_base_url"):
+        load_environment("bad", directory)
+    data = json.loads((directory / "bad.json").read_text())
+    del data["alarms"]["runbook_base_url"]
+    (directory / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="alarms.runbook_base_url"):
+        load_environment("bad", directory)

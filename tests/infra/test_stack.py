@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from aws_cdk.assertions import Annotations, Match
@@ -33,7 +34,7 @@ def test_each_environment_synthesizes_with_expected_resource_counts(env):
         "AWS::ElastiCache::ReplicationGroup": 1,
         "AWS::SecretsManager::Secret": 2,
         "AWS::SecretsManager::RotationSchedule": 1,
-        "AWS::CloudWatch::Alarm": 15,
+        "AWS::CloudWatch::Alarm": 26,
         "AWS::CloudWatch::Dashboard": 1,
         "AWS::EC2::VPC": 1,
         "AWS::EC2::NatGateway": config.network.nat_gateways,
@@ -183,44 +184,112 @@ def _alarms(env) -> dict[str, dict]:
     }
 
 
-def test_every_alarm_exists_with_its_threshold(env):
+def _metric(alarm: dict) -> tuple[str, str | None, list[dict]]:
+    """(metric name, math expression or None, dimensions) of a plain or a math-expression alarm."""
+    if "MetricName" in alarm:
+        return alarm["MetricName"], None, alarm.get("Dimensions", [])
+    returned = next(m for m in alarm["Metrics"] if m.get("ReturnData", True))
+    expression = returned.get("Expression")  # None: a labelled plain metric
+    if expression:
+        expression = re.sub(r"^m_\w+ ", "m ", expression)  # the input's id is named after the label
+    stat = next(m for m in alarm["Metrics"] if "MetricStat" in m)["MetricStat"]["Metric"]
+    return stat["MetricName"], expression, stat.get("Dimensions", [])
+
+
+def test_every_alarm_exists_with_its_threshold_in_human_units(env):
     alarms = _alarms(env)
-    config, policy = env.config.alarms, env.config.policy
-    expected = {
-        "OldestPendingAge": ("OldestPendingAge", (policy.hard_window_seconds + 2 * policy.tick_interval_seconds) * 1000),
-        "DeadBatches": ("DeadBatches", 0),
-        "DeadLetterQueueNotEmpty": ("ApproximateNumberOfMessagesVisible", 0),
-        "IngestFailuresNotEmpty": ("ApproximateNumberOfMessagesVisible", 0),
-        "IngestErrors": ("Errors", config.function_errors),
-        "FlushErrors": ("Errors", config.function_errors),
-        "CleanupErrors": ("Errors", config.function_errors),
-        "IngestThrottles": ("Throttles", config.function_throttles),
-        "FlushThrottles": ("Throttles", config.flush_throttles),
-        "CleanupThrottles": ("Throttles", config.function_throttles),
-        "IngestOffsetLag": ("OffsetLag", config.offset_lag_records),
-        "FlushTicksSkipped": ("TicksSkipped", 0),
-        "FlushNotRunning": ("Invocations", 1),
-        "DatabaseCpu": ("CPUUtilization", config.database_cpu_percent),
-        "DatabaseConnections": ("DatabaseConnections", config.database_connections),
+    config, policy, fn = env.config.alarms, env.config.policy, env.config.functions
+    bound_s = policy.hard_window_seconds + policy.tick_interval_seconds
+    percent = config.duration_warning_percent / 100
+    expected = {  # name: (metric, threshold, math expression turning it into the unit shown)
+        "PendingAgeWarning": ("OldestPendingAge", bound_s, "m / 1000"),
+        "PendingAgeCritical": ("OldestPendingAge", bound_s + policy.tick_interval_seconds, "m / 1000"),
+        "DeadBatches": ("DeadBatches", 0, None),
+        "RecordsFailed": ("RecordsFailed", 0, None),
+        "DeadLetterQueueNotEmpty": ("ApproximateNumberOfMessagesVisible", 0, None),
+        "IngestFailuresNotEmpty": ("ApproximateNumberOfMessagesVisible", 0, None),
+        "DeadLetterAgeWarning": ("ApproximateAgeOfOldestMessage", config.dead_letter_age_warning_hours, "m / 3600"),
+        "DeadLetterAgeCritical": ("ApproximateAgeOfOldestMessage", config.dead_letter_age_critical_days * 24,
+                                  "m / 3600"),
+        "IngestErrors": ("Errors", config.function_errors, None),
+        "FlushErrors": ("Errors", config.function_errors, None),
+        "CleanupErrors": ("Errors", config.function_errors, None),
+        "IngestThrottles": ("Throttles", config.function_throttles, None),
+        "FlushThrottles": ("Throttles", config.flush_throttles, None),
+        "CleanupThrottles": ("Throttles", config.function_throttles, None),
+        "IngestDurationNearTimeout": ("Duration", round(fn.ingest_timeout_seconds * percent, 1), "m / 1000"),
+        "FlushDurationNearTimeout": ("Duration", fn.flush_timeout_seconds - 1, "m / 1000"),
+        "CleanupDurationNearTimeout": ("Duration", round(fn.cleanup_timeout_seconds * percent, 1), "m / 1000"),
+        "IngestOffsetLag": ("OffsetLag", config.offset_lag_records, None),
+        "FlushTicksSkipped": ("TicksSkipped", 0, None),
+        "FlushNotRunning": ("Invocations", 1, None),
+        "PartitionDropRefused": ("PartitionDropsRefused", 0, None),
+        "DatabaseCpu": ("CPUUtilization", config.database_cpu_percent, None),
+        "DatabaseCapacityAtMax": ("ACUUtilization", config.database_capacity_percent, None),
+        "DatabaseConnections": ("DatabaseConnections", config.database_connections, None),
+        "CacheCpu": ("EngineCPUUtilization", config.cache_cpu_percent, None),
+        "CacheMemory": ("DatabaseMemoryUsagePercentage", config.cache_memory_percent, None),
     }
     assert set(alarms) == set(expected)
-    for name, (metric, threshold) in expected.items():
+    for name, (metric, threshold, expression) in expected.items():
         alarm = alarms[name]
-        assert alarm["MetricName"] == metric, name
+        assert _metric(alarm)[:2] == (metric, expression), name
         assert alarm["Threshold"] == threshold, name
-        assert alarm["AlarmActions"], name
-        assert "Runbook: README.md#alarms" in alarm["AlarmDescription"]
+        assert alarm["AlarmActions"] and alarm["OKActions"], name
+        assert alarm["AlarmName"] == f"consolidator-{env.config.name}-{name}"
+        assert alarm["AlarmDescription"].startswith(("WARNING: ", "CRITICAL: ")), name
+        assert alarm["AlarmDescription"].endswith(f"Runbook: {config.runbook_base_url}#{name.lower()}"), name
+    assert alarms["PendingAgeCritical"]["AlarmDescription"].startswith("CRITICAL")
+    assert alarms["PendingAgeWarning"]["AlarmDescription"].startswith("WARNING")
     assert alarms["FlushTicksSkipped"]["EvaluationPeriods"] == config.skipped_ticks_minutes
-    assert alarms["FlushTicksSkipped"]["Dimensions"] == [{"Name": "service", "Value": "flush"}]
+    assert alarms["RecordsFailed"]["EvaluationPeriods"] == config.records_failed_minutes
+    for name in ("FlushTicksSkipped", "RecordsFailed", "DeadBatches", "PendingAgeCritical"):
+        dimensions = {d["Name"]: d["Value"] for d in _metric(alarms[name])[2]}
+        assert dimensions["environment"] == env.config.name, name
     assert alarms["FlushNotRunning"]["TreatMissingData"] == "breaching"
     assert alarms["FlushNotRunning"]["ComparisonOperator"] == "LessThanThreshold"
 
 
-def test_dashboard_shows_the_product_metrics(env):
-    body = json.dumps(_only(env.resources("AWS::CloudWatch::Dashboard"))["DashboardBody"])
+def test_every_alarm_has_a_runbook_entry():
+    runbook = (Path(__file__).resolve().parents[2] / "docs/runbook.md").read_text()
+    headings = {line.removeprefix("## ").strip().lower() for line in runbook.splitlines() if line.startswith("## ")}
+    from consolidator_infra import monitoring
+
+    source = Path(monitoring.__file__).read_text()
+    names = set(re.findall(r'"([A-Z][A-Za-z]+)", Severity\.', source))
+    names |= {f"{label}{kind}" for label in ("Ingest", "Flush", "Cleanup")
+              for kind in ("Errors", "Throttles", "DurationNearTimeout")}
+    names |= {"DeadLetterQueueNotEmpty", "IngestFailuresNotEmpty"}
+    assert len(names) == 26
+    assert {n.lower() for n in names} <= headings, sorted({n.lower() for n in names} - headings)
+
+
+def test_functions_get_the_environment_for_the_metrics_dimension(env):
+    for function in (env.stack.ingest, env.stack.flush, env.stack.cleanup):
+        variables = _function(env, function)["Environment"]["Variables"]
+        assert variables["CONSOLIDATOR_ENVIRONMENT"] == env.config.name
+
+
+def test_dashboard_labels_every_series_shows_thresholds_and_alarm_states(env):
+    body = _only(env.resources("AWS::CloudWatch::Dashboard"))["DashboardBody"]
+    text = json.dumps(body)
     for metric in ("RecordsIngested", "RecordsCoalesced", "BatchesFlushedIdle", "BatchesFlushedHardWindow",
-                   "BatchesFlushedFull", "BatchSize", "EventToPublishLatency", "OldestPendingAge", "OffsetLag"):
-        assert metric in body, metric
+                   "BatchesFlushedFull", "BatchSize", "EventToPublishLatency", "OldestPendingAge", "OffsetLag",
+                   "RecordsFailed", "ApproximateAgeOfOldestMessage", "ACUUtilization", "EngineCPUUtilization"):
+        assert metric in text, metric
+    rendered = json.loads("".join(part if isinstance(part, str) else "0" for part in body["Fn::Join"][1]))
+    widgets = rendered["widgets"]
+    assert widgets[0]["type"] == "alarm" and len(widgets[0]["properties"]["alarms"]) == 26
+    graphs = [w["properties"] for w in widgets if w["type"] == "metric"]
+    for graph in graphs:
+        for series in graph["metrics"]:
+            options = series[-1] if isinstance(series[-1], dict) else {}
+            if options.get("visible") is False:
+                continue  # the input of a math expression, hidden
+            assert options.get("label"), (graph["title"], series)
+    assert sum(len(g.get("annotations", {}).get("horizontal", [])) for g in graphs) >= 8
+    titles = [g["title"] for g in graphs]
+    assert "Event-to-publish latency (seconds)" in titles and "Oldest PENDING event (seconds)" in titles
 
 
 def test_cdk_nag_has_no_unsuppressed_finding(env):

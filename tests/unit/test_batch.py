@@ -85,3 +85,38 @@ def test_messages_validate_against_the_shipped_schema_and_bad_ones_do_not():
 def test_empty_batch_is_refused():
     with pytest.raises(ValueError):
         build_message("WH-1", [], FlushReason.IDLE, T0)
+
+
+@pytest.mark.parametrize("cap", [600, 2_000, 9_000])
+def test_split_to_fit_keeps_order_and_takes_the_longest_prefix_that_fits(cap):
+    from consolidator.batch import message_bytes, split_to_fit
+
+    members = [member(i, f"O{i}", [(f"SKU-{i}-{k}", k) for k in range(i % 7)]) for i in range(120)]
+    batches = split_to_fit("WH-1", members, FlushReason.FULL, T0, cap)
+    assert [m for b in batches for m in b] == members, "every member once, in claim order"
+    rest = list(members)
+    for batch in batches:
+        size = message_bytes("WH-1", batch, FlushReason.FULL, T0)
+        assert size <= cap or len(batch) == 1
+        if len(batch) < len(rest):  # the next member would not have fitted
+            assert message_bytes("WH-1", rest[: len(batch) + 1], FlushReason.FULL, T0) > cap
+        rest = rest[len(batch):]
+    assert split_to_fit("WH-1", members, FlushReason.FULL, T0, None) == [members]
+
+
+def test_the_size_bound_is_never_below_the_message_size():
+    import random
+
+    from consolidator.batch import message_bytes, message_bytes_bound
+
+    rng = random.Random(7)
+    alphabet = "aZ9-\"\\\n\u00e9\u4e2d\U0001f600\x01"
+    for _ in range(300):
+        members = [
+            member(rng.randrange(2**62), "".join(rng.choices(alphabet, k=rng.randrange(1, 12))),
+                   [("".join(rng.choices(alphabet, k=rng.randrange(1, 8))), rng.randrange(2**63))
+                    for _ in range(rng.randrange(0, 5))], partition=rng.randrange(2**31), merged=rng.randrange(1, 10**6))
+            for _ in range(rng.randrange(1, 40))
+        ]
+        group = "".join(rng.choices(alphabet, k=rng.randrange(1, 20)))
+        assert message_bytes_bound(group, members) >= message_bytes(group, members, FlushReason.HARD_WINDOW, T0)

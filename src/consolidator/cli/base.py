@@ -13,6 +13,7 @@ import enum
 import functools
 import importlib
 import json
+import sys
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
@@ -25,8 +26,38 @@ from consolidator.errors import ConfigurationError, ConsolidatorError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-out = Console()
-err = Console(stderr=True)
+
+def _console(stream, *, stderr: bool = False) -> Console:
+    """A terminal gets rich's own width; a pipe or file gets lines that are never wrapped at
+    80 columns (ids and errors stay on one line for grep and scripts)."""
+    return Console(stderr=stderr, width=None if stream.isatty() else 10_000)
+
+
+out = _console(sys.stdout)
+err = _console(sys.stderr, stderr=True)
+
+# What to do about the database errors an operator meets first (MySQL error codes).
+DATABASE_HINTS = {
+    1044: "the user may not use this database: grant it access, or fix the database in CONSOLIDATOR_DATABASE_URL",
+    1045: "the database refused the user or password: fix CONSOLIDATOR_DATABASE_URL "
+          "(or the secret of CONSOLIDATOR_DATABASE_SECRET_ARN)",
+    1049: "the database does not exist: create it (CREATE DATABASE <name>), then run `consolidator db migrate`",
+    1146: "a table is missing: run `consolidator db migrate`",
+    2002: "no database server at that address: is it running? check host and port in CONSOLIDATOR_DATABASE_URL",
+    2003: "no database server at that address: is it running? check host and port in CONSOLIDATOR_DATABASE_URL",
+    2005: "unknown database host: check the host in CONSOLIDATOR_DATABASE_URL",
+}
+
+
+def database_hint(exc: BaseException) -> str | None:
+    """The hint for the MySQL error code behind ``exc`` (its cause chain), if there is one."""
+    seen = exc
+    while seen is not None:
+        args = getattr(seen, "args", ())
+        if args and isinstance(args[0], int) and args[0] in DATABASE_HINTS:
+            return DATABASE_HINTS[args[0]]
+        seen = seen.__cause__
+    return None
 
 
 def say_error(prefix: str, message: object) -> None:
@@ -84,7 +115,28 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # usage errors and help in boxes only on a terminal: piped, they are plain unwrapped lines
+    rich_markup_mode="rich" if sys.stderr.isatty() else None,
 )
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"consolidator {version('consolidator')}")
+        except PackageNotFoundError:
+            typer.echo("consolidator (not installed as a package: version unknown)")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Operate the Consolidator buffer: migrate, inspect, flush, redrive, partitions, demo."""
+
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -100,7 +152,8 @@ def guarded(command: Callable) -> Callable:
             say_error("configuration error", exc)
             raise typer.Exit(EXIT_USAGE) from None
         except ConsolidatorError as exc:
-            say_error("error", exc)
+            hint = database_hint(exc)
+            say_error("error", f"{exc} -> {hint}" if hint else exc)
             raise typer.Exit(EXIT_FAILED) from None
 
     return wrapper

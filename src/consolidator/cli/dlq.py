@@ -50,6 +50,20 @@ def _read_dead_letter(url: str, limit: int) -> list[tuple[dict, str | None]]:
     return received
 
 
+def _distinct(entries: list[dict]) -> list[dict]:
+    """One entry per idempotency key (the first written), with ``count`` = times written."""
+    from consolidator.deadletter import idempotency_key
+
+    first: dict[str, dict] = {}
+    for entry in entries:
+        key = idempotency_key(entry)
+        if key in first:
+            first[key]["count"] += 1
+        else:
+            first[key] = entry | {"idempotency_key": key, "count": 1}
+    return list(first.values())
+
+
 def _delete_settled(url: str, received: list[tuple[dict, str | None]], report: RedriveReport) -> dict:
     """Delete from an SQS dead letter the poison entries the redrive stored (or found stored);
     entries still poison, failed, or not poison events stay."""
@@ -82,22 +96,24 @@ def dlq_list(
     as_json: JsonOption = False,
     limit: Annotated[int, typer.Option(help="Read at most this many entries.")] = 100,
 ) -> None:
-    """Poison events in the dead-letter destination and DEAD batches in the buffer.
+    """Poison events in the dead-letter destination and DEAD batches in the buffer. An entry
+    written more than once (same source position or batch id) is shown once, with its count.
     (On SQS, listing receives the messages: they reappear after the visibility timeout.)"""
     s = load_settings("IngestSettings")
-    entries = [entry for entry, _ in _read_dead_letter(s.dead_letter_url, limit)]
+    entries = _distinct([entry for entry, _ in _read_dead_letter(s.dead_letter_url, limit)])
     dead = store_for(s).batches_in_state("DEAD", limit)
     if as_json:
         emit_json({"entries": entries, "dead_batches": dead})
         return
     table = Table(title=f"dead-letter entries ({len(entries)}) at {s.dead_letter_url}")
-    for column in ("kind", "reason", "source / batch", "detail"):
+    for column in ("kind", "reason", "source / batch", "written", "detail"):
         table.add_column(column)
     for e in entries:
         where = e.get("source") or {}
         ident = (f"{where.get('topic')}-{where.get('partition')}@{where.get('offset')}" if where
                  else (e.get("batch") or {}).get("batch_id", "?"))
-        table.add_row(str(e.get("kind")), str(e.get("reason")), ident, str(e.get("detail", ""))[:70])
+        table.add_row(str(e.get("kind")), str(e.get("reason")), ident, f"{e['count']}x",
+                      str(e.get("detail", ""))[:70])
     out.print(table)
     table = Table(title=f"DEAD batches in the buffer ({len(dead)})")
     for column in ("batch id", "group", "members", "attempts", "last error"):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -13,69 +13,106 @@ from consolidator.cli.base import (
     JsonOption,
     app,
     emit_json,
+    err,
     guarded,
     load_settings,
     out,
+    say_error,
+    store_for,
     wall_clock_ms,
 )
+
+if TYPE_CHECKING:
+    from consolidator.services.flush import TickReport
+
+
+def _dry_run(as_json: bool) -> None:
+    """Due groups and why, from the database alone (no Redis, sink or dead letter needed)."""
+    from consolidator.policy import due_groups
+
+    s = load_settings("PolicySettings")
+    now = wall_clock_ms()
+    due = [
+        {"group_key": g.group_key, "reason": str(reason), "pending": g.pending,
+         "oldest_age_s": round((now - g.oldest_first_seen_ms) / 1000, 3),
+         "idle_s": round((now - g.newest_update_ms) / 1000, 3)}
+        for g, reason in due_groups(store_for(s).pending_group_stats(), now, s.policy())
+    ]
+    if as_json:
+        emit_json({"dry_run": True, "due": due})
+        return
+    table = Table(title=f"due groups ({len(due)}); nothing was claimed")
+    for column in ("group", "reason", "pending", "oldest", "idle"):
+        table.add_column(column)
+    for d in due:
+        table.add_row(d["group_key"], d["reason"], str(d["pending"]), f"{d['oldest_age_s']:.0f}s",
+                      f"{d['idle_s']:.0f}s")
+    out.print(table)
+
+
+def _tick_line(number: int, report: TickReport) -> str:
+    if report.skipped == "lock_unavailable":
+        return f"tick {number}: skipped, Redis unreachable: {report.error}"
+    if report.skipped:
+        return f"tick {number}: skipped, another flusher holds the lock"
+    return (f"tick {number}: {len(report.published)} published, {report.publish_failures} publish failures, "
+            f"{report.dead} dead")
 
 
 @app.command()
 @guarded
 def flush(
     once: Annotated[bool, typer.Option("--once", help="Run exactly one flush tick (required unless --seconds).")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show due groups and why; claim nothing.")] = False,
-    seconds: Annotated[float | None, typer.Option(help="Run ticks on schedule for this long, like one Lambda invocation.")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Show due groups and why; claim nothing. Needs only the database.")] = False,
+    seconds: Annotated[float | None, typer.Option(
+        help="Run ticks on schedule for this long, like one Lambda invocation; prints each tick.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Flush due groups to the sink. Exit 1 when a publish failed or a batch went dead."""
+    """Flush due groups to the sink. Exit 1 when a publish failed, a batch went dead, or Redis
+    (the flush lock) was unreachable."""
     if not once and seconds is None and not dry_run:
         raise typer.BadParameter("pass --once, --dry-run or --seconds N", param_hint="--once")
+    if dry_run:
+        _dry_run(as_json)
+        return
     from consolidator.services.flush import build_flush_service
 
     s = load_settings("FlushSettings")
     service = build_flush_service(s)
-    if dry_run:
-        service.sink.close()
-        now = wall_clock_ms()
-        due = [
-            {"group_key": g.group_key, "reason": str(reason), "pending": g.pending,
-             "oldest_age_s": round((now - g.oldest_first_seen_ms) / 1000, 3),
-             "idle_s": round((now - g.newest_update_ms) / 1000, 3)}
-            for g, reason in service.due()
-        ]
-        if as_json:
-            emit_json({"dry_run": True, "due": due})
-            return
-        table = Table(title=f"due groups ({len(due)}); nothing was claimed")
-        for column in ("group", "reason", "pending", "oldest", "idle"):
-            table.add_column(column)
-        for d in due:
-            table.add_row(d["group_key"], d["reason"], str(d["pending"]), f"{d['oldest_age_s']:.0f}s",
-                          f"{d['idle_s']:.0f}s")
-        out.print(table)
-        return
+    progress = err if as_json else out  # with --json, stdout holds the one JSON document
+
+    def show(report: TickReport) -> None:
+        progress.print(_tick_line(len(reports_seen) + 1, report), highlight=False)
+        reports_seen.append(report)
+
+    reports_seen: list[TickReport] = []
     try:
         if seconds is not None and not once:
             deadline = time.monotonic() + seconds
-            reports = service.run(lambda: max(0, int((deadline - time.monotonic()) * 1000)), time.sleep)
+            reports = service.run(lambda: max(0, int((deadline - time.monotonic()) * 1000)), time.sleep,
+                                  on_tick=show)
         else:
             reports = [service.tick()]
     finally:
         service.sink.close()
     failures = sum(r.publish_failures for r in reports)
     dead = sum(r.dead for r in reports)
+    redis_down = [r.error for r in reports if r.skipped == "lock_unavailable"]
     if as_json:
         emit_json(reports[0] if once else {"ticks": reports})
     else:
         for report in reports:
-            if report.skipped:
-                out.print(f"tick skipped: {report.skipped} (another flusher holds the lock, or Redis is down)")
+            if report.skipped and once:
+                out.print(_tick_line(1, report), highlight=False)
             for b in report.published:
                 out.print(f"published {b.batch_id} group={b.group_key} reason={b.reason} size={b.size} "
-                          f"attempt={b.attempt}")
+                          f"attempt={b.attempt}", highlight=False)
         published = sum(len(r.published) for r in reports)
         out.print(f"{len(reports)} tick(s): {published} batches published, {failures} publish failures, "
-                  f"{dead} dead")
-    if failures or dead:
+                  f"{dead} dead", highlight=False)
+    if redis_down:
+        say_error("Redis unreachable (flush lock); no batch was flushed in that tick",
+                  f"{redis_down[-1]} -> check CONSOLIDATOR_REDIS_URL and that Redis is running")
+    if failures or dead or redis_down:
         raise typer.Exit(EXIT_FAILED)

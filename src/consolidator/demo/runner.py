@@ -494,11 +494,9 @@ def run_demo(config: DemoConfig | None = None, console: Console | None = None) -
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    import json
+    from consolidator import jsonlines
 
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return jsonlines.read(path)
 
 
 def print_summary(console: Console, s: dict) -> None:

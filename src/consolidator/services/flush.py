@@ -7,13 +7,16 @@ Guarantees (SEMANTICS sections 5 and 8):
 - rows are marked SENT only after the sink confirmed the message, by a statement
   conditional on the batch id and CLAIMED; delivery is at least once;
 - CLAIMED batches are re-published first on every tick; after ``max_attempts`` failed
-  publishes a batch goes to the dead-letter destination and only then becomes DEAD (S, L);
+  publishes a batch goes to the dead-letter destination and only then becomes DEAD (S, L).
+  Only a publish the sink rejected counts: a flusher that dies after the send, before it
+  learned the outcome or before the mark, has not failed a publish, however often it happens;
 - the Redis lock only avoids duplicate work: two flushers at once stay correct because
   claims and marks are conditional statements in the store.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from consolidator.batch import build_message, encode
 from consolidator.clock import Clock
 from consolidator.deadletter import DeadLetter, dead_batch_entry
-from consolidator.errors import LockUnavailable, StoreError
+from consolidator.errors import ConfigurationError, LockUnavailable, StoreError
 from consolidator.lock import RedisLock
 from consolidator.policy import FlushReason, GroupStats, Policy, due_groups, due_reason
 from consolidator.services.ingest import MetricsRecorder, NoMetrics
@@ -53,11 +56,12 @@ class TickReport:
     published: list[PublishedBatch] = field(default_factory=list)  # confirmed by the sink
     dead: int = 0  # batches that became DEAD this tick
     publish_failures: int = 0
+    error: str | None = None  # why the lock backend was unreachable (skipped = "lock_unavailable")
 
 
 @dataclass
 class _Pending:
-    """A batch about to be published: the claim and its attempt number."""
+    """A batch about to be published: the claim and its attempt number (failed publishes + 1)."""
 
     batch: ClaimedBatch
     attempt: int
@@ -101,6 +105,7 @@ class FlushService:
             except LockUnavailable as error:
                 log.warning("flush tick skipped: lock backend unreachable", extra={"error": str(error)})
                 report.skipped = "lock_unavailable"
+                report.error = str(error)
             else:
                 if not held:
                     log.info("flush tick skipped: another flusher holds the lock")
@@ -132,9 +137,10 @@ class FlushService:
             self.metrics.add_metric(name="OldestPendingAge", unit="Milliseconds", value=max(0, now - oldest))
         outbox: list[ClaimedBatch] = []
         for group, reason in due_groups(stats, now, self.policy):
+            limit = self.policy.max_batch_size  # rows left in this claim (a cut claim continues)
             while reason is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
                 try:
-                    batch = self.store.claim(group.group_key, reason, self.policy.max_batch_size, now)
+                    batch = self.store.claim(group.group_key, reason, limit, now, self.policy.max_batch_bytes)
                 except StoreError as error:
                     log.warning("claim skipped this tick", extra={"group_key": group.group_key,
                                                                   "error": str(error)})
@@ -148,8 +154,13 @@ class FlushService:
                 if len(outbox) >= self.publish_chunk:
                     self._deliver(outbox, report)
                     outbox = []
-                if len(batch.members) < self.policy.max_batch_size:
+                if batch.cut:  # split under max_batch_bytes: the claim goes on, same reason
+                    limit -= len(batch.members)
+                    if limit > 0:
+                        continue
+                elif len(batch.members) < limit:
                     break  # the group had no more PENDING rows we could take
+                limit = self.policy.max_batch_size
                 left = self.store.pending_group_stats(group.group_key)
                 reason = due_reason(left[0], now, self.policy) if left else None
         self._deliver(outbox, report)
@@ -186,26 +197,26 @@ class FlushService:
         return rows
 
     def _deliver(self, batches: list[ClaimedBatch], report: TickReport) -> None:
-        """Count the attempts, publish, wait for confirmation, mark the confirmed ones SENT in one
-        conditional statement (or count the failures). A chunk whose mark fails stays CLAIMED
-        and is re-published, under the same ids, next tick."""
+        """Publish the batches still CLAIMED, wait for confirmation, mark the confirmed ones SENT
+        in one conditional statement, and count a failure for each rejected one. A chunk whose
+        mark fails stays CLAIMED and is re-published, under the same ids, next tick."""
         if not batches:
             return
         try:
-            attempts = self.store.start_attempts([b.batch_id for b in batches], self.clock.now_ms())
+            failed_before = self.store.begin_publish([b.batch_id for b in batches], self.clock.now_ms())
         except StoreError as error:
-            log.warning("attempts not recorded; batches stay CLAIMED for the next tick",
+            log.warning("batches not checked before publishing; they stay CLAIMED for the next tick",
                         extra={"batch_ids": [b.batch_id for b in batches], "error": str(error)})
             return
         pending: list[_Pending] = []
         for batch in batches:
-            if batch.batch_id not in attempts:
+            if batch.batch_id not in failed_before:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms)
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
-            pending.append(_Pending(batch, attempts[batch.batch_id], encode(message)))
+            pending.append(_Pending(batch, failed_before[batch.batch_id] + 1, encode(message)))
         if not pending:
             return
         errors = self.sink.publish([OutgoingBatch(p.batch.batch_id, p.batch.group_key, p.body)
@@ -248,12 +259,13 @@ class FlushService:
         log.warning("publish failed; batch stays CLAIMED", extra={"batch_id": batch.batch_id,
                                                                   "attempt": item.attempt, "error": error})
         try:
-            self.store.record_failure(batch.batch_id, error)
-        except StoreError as store_error:  # only the error text is lost; attempts were counted
-            log.warning("publish error not recorded", extra={"batch_id": batch.batch_id,
-                                                             "error": str(store_error)})
-        if item.attempt >= self.max_attempts:
-            self._bury(batch, item.attempt, error, report)
+            failures = self.store.record_failure(batch.batch_id, error)
+        except StoreError as store_error:  # not counted: the batch stays CLAIMED and is retried
+            log.warning("publish failure not recorded", extra={"batch_id": batch.batch_id,
+                                                               "error": str(store_error)})
+            return
+        if failures is not None and failures >= self.max_attempts:
+            self._bury(batch, failures, error, report)
 
     def _bury(self, batch: ClaimedBatch, attempts: int, error: str, report: TickReport) -> None:
         """Dead-letter the batch with its last error; mark it DEAD only once that is confirmed."""
@@ -280,21 +292,36 @@ class FlushService:
 
     # -- one invocation ----------------------------------------------------------------------
 
-    def run(self, remaining_ms: Callable[[], int], sleep: Callable[[float], None] = time.sleep) -> list[TickReport]:
+    def run(self, remaining_ms: Callable[[], int], sleep: Callable[[float], None] = time.sleep,
+            on_tick: Callable[[TickReport], None] | None = None) -> list[TickReport]:
         """Tick every ``policy.tick_interval_ms`` (by ``clock``) while the invocation's remaining
         time allows one more tick plus a safety margin (``safety_margin_ms``, at most a fifth of
-        the time available at the start)."""
+        the time available at the start). ``on_tick`` sees each report as soon as its tick ends."""
         margin = min(self.safety_margin_ms, remaining_ms() // 5)
         reports: list[TickReport] = []
         while remaining_ms() > margin:
             started = self.clock.now_ms()
             reports.append(self.tick(remaining_ms=lambda: remaining_ms() - margin + self.safety_margin_ms))
+            if on_tick is not None:
+                on_tick(reports[-1])
             wait_ms = max(0, started + self.policy.tick_interval_ms - self.clock.now_ms())
             if remaining_ms() - wait_ms <= 2 * margin:
                 break
             if wait_ms:
                 sleep(wait_ms / 1000)
         return reports
+
+
+def batch_bytes_cap(configured: int | None, sink: Sink) -> int:
+    """CONSOLIDATOR_MAX_BATCH_BYTES, or the sink's per-message limit when unset; a cap above
+    that limit would only make batches the sink must refuse, so it is a configuration error."""
+    if configured is None:
+        return sink.max_message_bytes
+    if configured > sink.max_message_bytes:
+        raise ConfigurationError(
+            f"invalid configuration: CONSOLIDATOR_MAX_BATCH_BYTES ({configured}) is over the sink's "
+            f"per-message limit ({sink.max_message_bytes} bytes); lower it or leave it unset")
+    return configured
 
 
 def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> FlushService:
@@ -305,11 +332,12 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
     from consolidator.sinks import sink_from_url
     from consolidator.store import open_store
 
+    sink = sink_from_url(settings.sink_url)
     return FlushService(
         store=open_store(settings.database_url, settings.database_secret_arn),
-        sink=sink_from_url(settings.sink_url),
+        sink=sink,
         dead_letter=dead_letter_from_url(settings.dead_letter_url),
-        policy=settings.policy(),
+        policy=dataclasses.replace(settings.policy(), max_batch_bytes=batch_bytes_cap(settings.max_batch_bytes, sink)),
         clock=clock or SystemClock(),
         max_attempts=settings.max_attempts,
         max_rows_per_tick=settings.max_rows_per_tick,

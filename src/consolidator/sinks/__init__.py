@@ -24,6 +24,8 @@ class OutgoingBatch:
 
 
 class Sink(Protocol):
+    max_message_bytes: int  # the largest encoded batch message the destination accepts
+
     def publish(self, batches: Sequence[OutgoingBatch]) -> dict[int, str]:
         """Deliver ``batches``; return ``{index: error}`` for those NOT confirmed (empty = all
         delivered). Never raises for a delivery failure."""
@@ -34,6 +36,20 @@ class Sink(Protocol):
         ...
 
 
+def chunk_by_size(indexes: Sequence[int], sizes: Sequence[int], max_count: int, max_bytes: int) -> list[list[int]]:
+    """``indexes`` in order, as consecutive requests of at most ``max_count`` entries whose
+    ``sizes`` add up to at most ``max_bytes`` (an entry larger than that goes alone)."""
+    chunks: list[list[int]] = []
+    total = 0
+    for index in indexes:
+        if not chunks or len(chunks[-1]) >= max_count or total + sizes[index] > max_bytes:
+            chunks.append([])
+            total = 0
+        chunks[-1].append(index)
+        total += sizes[index]
+    return chunks
+
+
 def _query(url: str) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
 
@@ -41,7 +57,7 @@ def _query(url: str) -> dict[str, str]:
 def sink_from_url(url: str) -> Sink:
     """Build the sink for one of:
 
-    - ``kafka://<bootstrap servers, comma separated>/<topic>[?auth=iam&region=...]``
+    - ``kafka://<bootstrap servers, comma separated>/<topic>[?auth=iam&region=...&max_message_bytes=N]``
     - ``sqs://sqs.<region>.amazonaws.com/<account>/<queue>``
     - ``events://<event-bus-name>[?source=...&detail_type=...]``
     - ``file:///abs/path.jsonl`` or ``file://./relative.jsonl``
@@ -57,8 +73,11 @@ def sink_from_url(url: str) -> Sink:
         auth = query.get("auth")
         if auth not in (None, "iam"):
             raise ValueError(f"kafka sink auth must be 'iam' when given, got {auth!r}")
+        limit = query.get("max_message_bytes", "")
+        if limit and not (limit.isdigit() and 0 < int(limit) <= 100_000_000):
+            raise ValueError(f"kafka sink max_message_bytes must be a positive integer of bytes, got {limit!r}")
         return KafkaSink(parts.netloc, topic, iam_region=query.get("region") if auth == "iam" else None,
-                         iam=auth == "iam")
+                         iam=auth == "iam", **({"max_message_bytes": int(limit)} if limit else {}))
     if parts.scheme == "sqs":
         from consolidator.sinks.sqs import SqsSink
 
@@ -87,4 +106,4 @@ def sink_from_url(url: str) -> Sink:
     raise ValueError(f"unsupported sink URL {url!r}: use kafka://, sqs://, events:// or file://")
 
 
-__all__ = ["OutgoingBatch", "Sink", "sink_from_url"]
+__all__ = ["OutgoingBatch", "Sink", "chunk_by_size", "sink_from_url"]

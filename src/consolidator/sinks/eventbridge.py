@@ -1,12 +1,19 @@
-"""EventBridge sink: one event per batch on a bus; ``detail`` is the batch message."""
+"""EventBridge sink: one event per batch on a bus; ``detail`` is the batch message.
+
+PutEvents limits (AWS "Calculating PutEvents event entry size"): at most 10 entries per call,
+and the entries' total size, counted as the UTF-8 bytes of ``Source``, ``DetailType`` and
+``Detail``, must stay under 256 KB. Requests are chunked by count and by size; a batch whose
+entry alone is over the limit is reported failed without being sent.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from consolidator.sinks import OutgoingBatch
+from consolidator.sinks import OutgoingBatch, chunk_by_size
 
-MAX_ENTRIES = 10  # PutEvents limit per call
+MAX_ENTRIES = 10  # PutEvents entries per call
+MAX_REQUEST_BYTES = 256 * 1024  # all entries of one PutEvents call together, and one entry
 
 
 class EventBridgeSink:
@@ -17,14 +24,24 @@ class EventBridgeSink:
         self.event_bus = event_bus
         self.source = source
         self.detail_type = detail_type
+        self._overhead = len(source.encode()) + len(detail_type.encode())
+        self.max_message_bytes = MAX_REQUEST_BYTES - self._overhead  # the largest ``Detail``
         self._client = client or boto3.client("events")
+
+    def entry_bytes(self, batch: OutgoingBatch) -> int:
+        """The entry's size as EventBridge counts it (no Time, no Resources)."""
+        return self._overhead + len(batch.body)
 
     def publish(self, batches: Sequence[OutgoingBatch]) -> dict[int, str]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         errors: dict[int, str] = {}
-        for start in range(0, len(batches), MAX_ENTRIES):
-            chunk = list(range(start, min(start + MAX_ENTRIES, len(batches))))
+        sizes = [self.entry_bytes(b) for b in batches]
+        for i, size in enumerate(sizes):
+            if size > MAX_REQUEST_BYTES:
+                errors[i] = f"eventbridge entry of {size} bytes is over the {MAX_REQUEST_BYTES}-byte limit"
+        sendable = [i for i in range(len(batches)) if i not in errors]
+        for chunk in chunk_by_size(sendable, sizes, MAX_ENTRIES, MAX_REQUEST_BYTES):
             entries = [
                 {
                     "Source": self.source,

@@ -4,6 +4,12 @@ header ``batch_id``; optional MSK IAM auth (SASL OAUTHBEARER via aws-msk-iam-sas
 A batch counts as delivered only when its delivery report arrived without error within
 ``flush_timeout_s``. A message still in flight at the timeout is reported as failed; if it
 lands later, the re-publish of the same batch id is a harmless duplicate.
+
+Size: a broker accepts a record batch up to its ``message.max.bytes`` (topic:
+``max.message.bytes``), 1,048,588 bytes by default. A message whose value, key and headers
+exceed ``max_message_bytes`` (default 1,000,000, URL ``?max_message_bytes=``; raise it only
+with the topic's limit) is reported failed without being produced. librdkafka chunks the
+produce requests itself.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from consolidator.errors import DeliveryError
 from consolidator.sinks import OutgoingBatch
+
+MAX_MESSAGE_BYTES = 1_000_000  # under the broker's default message.max.bytes (1,048,588)
 
 
 def _iam_oauth_cb(region: str | None):
@@ -36,17 +44,19 @@ class KafkaSink:
         iam: bool = False,
         iam_region: str | None = None,
         flush_timeout_s: float = 30.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
         extra_config: dict | None = None,
     ) -> None:
         self.topic = topic
         self.flush_timeout_s = flush_timeout_s
+        self.max_message_bytes = max_message_bytes
         config = {
             "bootstrap.servers": bootstrap_servers,
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 5,
             "compression.type": "zstd",
-            "message.max.bytes": 4_000_000,
+            "message.max.bytes": max(4_000_000, max_message_bytes + 4096),
             "message.timeout.ms": int(flush_timeout_s * 1000),
         }
         if iam:
@@ -76,6 +86,10 @@ class KafkaSink:
             return on_delivery
 
         for index, batch in enumerate(batches):
+            size = len(batch.body) + len(batch.group_key.encode()) + len("batch_id") + len(batch.batch_id)
+            if size > self.max_message_bytes:
+                errors[index] = f"kafka message of {size} bytes is over the {self.max_message_bytes}-byte limit"
+                continue
             send = functools.partial(
                 self._producer.produce, self.topic, key=batch.group_key.encode(), value=batch.body,
                 headers=[("batch_id", batch.batch_id.encode())], on_delivery=report(index),

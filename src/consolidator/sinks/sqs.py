@@ -1,14 +1,22 @@
 """SQS sink: one message per batch, attributes ``batch_id`` and ``group_key``. On a FIFO
-queue (``.fifo``) the group key is the message group and the batch id the deduplication id."""
+queue (``.fifo``) the group key is the message group and the batch id the deduplication id.
+
+SendMessageBatch limits: at most 10 entries per call; one message and all messages of one
+call together at most 256 KiB (262,144 bytes), message attributes (name, type and value)
+included. Requests are chunked by count and by size; a message over the limit is reported
+failed without being sent. (SQS has since raised its limit to 1 MiB; 256 KiB holds on every
+queue and region.)"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from consolidator.sinks import OutgoingBatch
+from consolidator.sinks import OutgoingBatch, chunk_by_size
 
-MAX_BATCH_BYTES = 256 * 1024  # SendMessageBatch payload limit (all entries together)
+MAX_BATCH_BYTES = 256 * 1024  # one message, and all entries of one SendMessageBatch together
+MAX_ENTRIES = 10
+ATTRIBUTE_RESERVE = 1024  # attributes' share of a message: names, types, batch id, group key
 
 
 class SqsSink:
@@ -20,6 +28,15 @@ class SqsSink:
         region = host.split(".")[1] if host.count(".") >= 3 else None
         self._client = client or boto3.client("sqs", region_name=region)
         self._fifo = queue_url.endswith(".fifo")
+        self.max_message_bytes = MAX_BATCH_BYTES - ATTRIBUTE_RESERVE  # the largest body
+
+    @staticmethod
+    def message_bytes(entry: dict) -> int:
+        """The message's size as SQS counts it: body plus each attribute's name, type and value."""
+        size = len(entry["MessageBody"].encode())
+        for name, attribute in entry["MessageAttributes"].items():
+            size += len(name.encode()) + len(attribute["DataType"].encode()) + len(attribute["StringValue"].encode())
+        return size
 
     def _entry(self, index: int, batch: OutgoingBatch) -> dict:
         entry = {
@@ -38,19 +55,16 @@ class SqsSink:
         from botocore.exceptions import BotoCoreError, ClientError
 
         errors: dict[int, str] = {}
-        chunks: list[list[int]] = []
-        size = 0
-        for index, batch in enumerate(batches):
-            weight = len(batch.body) + 200
-            if not chunks or len(chunks[-1]) == 10 or size + weight > MAX_BATCH_BYTES:
-                chunks.append([])
-                size = 0
-            chunks[-1].append(index)
-            size += weight
-        for chunk in chunks:
+        entries = [self._entry(i, b) for i, b in enumerate(batches)]
+        sizes = [self.message_bytes(e) for e in entries]
+        for i, size in enumerate(sizes):
+            if size > MAX_BATCH_BYTES:
+                errors[i] = f"sqs message of {size} bytes is over the {MAX_BATCH_BYTES}-byte limit"
+        sendable = [i for i in range(len(batches)) if i not in errors]
+        for chunk in chunk_by_size(sendable, sizes, MAX_ENTRIES, MAX_BATCH_BYTES):
             try:
                 response = self._client.send_message_batch(
-                    QueueUrl=self.queue_url, Entries=[self._entry(i, batches[i]) for i in chunk]
+                    QueueUrl=self.queue_url, Entries=[entries[i] for i in chunk]
                 )
             except (BotoCoreError, ClientError) as exc:
                 errors.update({i: f"sqs send failed: {exc}" for i in chunk})

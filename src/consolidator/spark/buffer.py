@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from consolidator.batch import Member
+from consolidator.batch import Member, fit_claims
 from consolidator.events import Event, SourcePosition, bucket_of
 from consolidator.policy import FlushReason, GroupStats, Policy, next_due_ms, plan_batches
 
@@ -87,6 +87,7 @@ class PendingBuffer:
             return []
         keys = {member.position: key for key, member in self.rows.items()}
         claims, remaining = plan_batches(self.group_key, self.rows.values(), now_ms, policy)
+        claims = fit_claims(self.group_key, claims, now_ms, policy)  # under policy.max_batch_bytes
         if claims:
             self.rows = {keys[m.position]: m for m in remaining}
             self._recompute()

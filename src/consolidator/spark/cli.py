@@ -50,6 +50,40 @@ def _pairs(values: list[str] | None) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _url(url: str, schemes: tuple[str, ...], option: str) -> str:
+    """Checked before Spark starts: a wrong URL fails in a second, not after the JVM is up."""
+    scheme = url.partition("://")[0] if "://" in url else ""
+    if scheme not in schemes:
+        raise typer.BadParameter(f"must start with {' or '.join(s + '://' for s in schemes)}, got {url!r}",
+                                 param_hint=option)
+    return url
+
+
+def _policy(*args: int) -> Policy:
+    try:
+        return Policy(*args)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="the policy options") from None
+
+
+def _batch_cap(sink_url: str, configured: int | None) -> int:
+    """The same byte cap as the flush function: the sink's per-message limit unless lower."""
+    from consolidator.sinks import sink_from_url
+
+    try:
+        sink = sink_from_url(sink_url)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--sink-url") from None
+    try:
+        limit = sink.max_message_bytes
+    finally:
+        sink.close()
+    if configured is not None and configured > limit:
+        raise typer.BadParameter(f"{configured} is over the sink's per-message limit ({limit} bytes)",
+                                 param_hint="--max-batch-bytes")
+    return configured or limit
+
+
 def _ints(values: str, option: str) -> list[int]:
     try:
         parsed = [int(v) for v in values.split(",") if v.strip()]
@@ -80,15 +114,22 @@ def stream(
     items_field: ItemsField = "items",
     max_event_bytes: MaxBytes = 262_144,
     master: MasterOpt = None,
+    max_batch_bytes: Annotated[int | None, typer.Option(
+        "--max-batch-bytes", envvar="CONSOLIDATOR_MAX_BATCH_BYTES", min=1,
+        help="Cap on one batch message (default: the sink's per-message limit).")] = None,
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
     from consolidator.spark.session import build_session
     from consolidator.spark.streaming import BatchWriter, StreamConfig, start
 
+    _url(sink_url, ("kafka", "sqs", "events", "file"), "--sink-url")
+    _url(dead_letter_url, ("sqs", "file"), "--dead-letter-url")
+    max_batch_bytes = _batch_cap(sink_url, max_batch_bytes)
     config = StreamConfig(
         bootstrap_servers=bootstrap_servers, topic=topic, sink_url=sink_url, dead_letter_url=dead_letter_url,
         checkpoint=checkpoint,
-        policy=Policy(round(debounce_seconds * 1000), round(hard_window_seconds * 1000), max_batch_size),
+        policy=_policy(round(debounce_seconds * 1000), round(hard_window_seconds * 1000), max_batch_size,
+                       _DEFAULT.tick_interval_ms, max_batch_bytes),
         names=FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field),
         max_event_bytes=max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
@@ -139,12 +180,22 @@ def replay(
     from consolidator.spark.source import kafka_reader
     from consolidator.spark.transforms import read_record_files, records
 
-    policies = policy_grid(_ints(debounce_ms, "--debounce-ms"), _ints(hard_window_ms, "--hard-window-ms"),
-                           _ints(max_batch_size, "--max-batch-size"), round(tick_interval_seconds * 1000))
+    try:
+        policies = policy_grid(_ints(debounce_ms, "--debounce-ms"), _ints(hard_window_ms, "--hard-window-ms"),
+                               _ints(max_batch_size, "--max-batch-size"), round(tick_interval_seconds * 1000))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="the policy grid") from None
+    # every input checked before Spark starts
+    if input_format not in ("json", "parquet", "kafka"):
+        raise typer.BadParameter(f"json, parquet or kafka, got {input_format!r}", param_hint="--format")
+    if input_format == "kafka" and not (bootstrap_servers and topic):
+        raise typer.BadParameter("--format kafka needs --bootstrap-servers and --topic")
+    if input_format != "kafka" and not input_path:
+        raise typer.BadParameter("--input is required unless --format kafka")
+    if input_format != "kafka" and "://" not in input_path and not Path(input_path).exists():
+        raise typer.BadParameter(f"{input_path} does not exist", param_hint="--input")
     spark = build_session("consolidator-replay", master=master)
     if input_format == "kafka":
-        if not (bootstrap_servers and topic):
-            raise typer.BadParameter("--format kafka needs --bootstrap-servers and --topic")
         options = {"startingOffsets": starting_offsets, "endingOffsets": ending_offsets, **dict(_pairs(kafka_option))}
         frame = records(kafka_reader(spark, bootstrap_servers, topic, streaming=False, prefer=source,
                                      options=options).load())

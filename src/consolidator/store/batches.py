@@ -1,4 +1,4 @@
-"""Batches: claim PENDING rows under one batch id, count attempts, mark SENT or DEAD, revive.
+"""Batches: claim PENDING rows under one batch id, count failed publishes, mark SENT or DEAD, revive.
 Rows change state only through statements that name the state they expect."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from consolidator.batch import Member, batch_id
+from consolidator.batch import Member, batch_id, fitting_prefix
 from consolidator.errors import StoreError
 from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason
@@ -23,6 +23,7 @@ class ClaimedBatch:
     claimed_at_ms: int
     attempts: int
     members: tuple[Member, ...]
+    cut: bool = False  # the claim stopped at the byte cap: the rows after it belong to the same claim
 
 
 def _member(row: dict) -> Member:
@@ -37,10 +38,13 @@ def _member(row: dict) -> Member:
 
 
 class BatchStore(Connection):
-    def claim(self, group_key: str, reason: FlushReason, limit: int, now_ms: int) -> ClaimedBatch | None:
+    def claim(self, group_key: str, reason: FlushReason, limit: int, now_ms: int,
+              max_bytes: int | None = None) -> ClaimedBatch | None:
         """Claim up to ``limit`` PENDING rows of the group, oldest first, under one batch id
         derived from their positions. Rows locked by a concurrent claimer are skipped; if any
-        chosen row changed state meanwhile, nothing is claimed (B: one id per claim)."""
+        chosen row changed state meanwhile, nothing is claimed (B: one id per claim). With
+        ``max_bytes``, only the rows whose message fits (:func:`~consolidator.batch.fitting_prefix`)
+        are taken and the batch is marked ``cut``."""
         with self.transaction() as cur:
             cur.execute(
                 "SELECT id, bucket, src_topic, src_partition, src_offset, item_id, items,"
@@ -53,6 +57,11 @@ class BatchStore(Connection):
             if not rows:
                 return None
             members = tuple(_member(r) for r in rows)
+            cut = False
+            if max_bytes is not None:
+                taken = fitting_prefix(group_key, members, reason, now_ms, max_bytes)
+                cut = taken < len(rows)
+                rows, members = rows[:taken], members[:taken]
             new_id = batch_id(group_key, (m.position for m in members))
             pairs = [(r["id"], r["bucket"]) for r in rows]
             updated = cur.execute(
@@ -67,7 +76,7 @@ class BatchStore(Connection):
                 " VALUES (%s, %s, 'CLAIMED', %s, %s, %s)",
                 (new_id, group_key, str(reason), len(rows), now_ms),
             )
-        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members)
+        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut)
 
     def claimed_batch_ids(self, limit: int) -> list[str]:
         """CLAIMED batches, oldest claim first."""
@@ -102,25 +111,20 @@ class BatchStore(Connection):
             head["attempts"], members,
         )
 
-    def start_attempt(self, batch_id_: str, now_ms: int) -> int | None:
-        """Count a publish attempt of a CLAIMED batch; returns the attempt number (None if not CLAIMED)."""
+    def record_failure(self, batch_id_: str, error: str) -> int | None:
+        """Count one failed publish of a CLAIMED batch and keep its error; returns the failed
+        publishes so far (None when the batch is not CLAIMED any more). Only a publish the
+        sink rejected counts: a publish whose outcome was never learned (a crash) does not."""
         with self.transaction() as cur:
             changed = cur.execute(
-                "UPDATE batches SET attempts = attempts + 1, last_attempt_ms = %s"
+                "UPDATE batches SET attempts = attempts + 1, last_error = %s"
                 " WHERE batch_id = %s AND state = 'CLAIMED'",
-                (now_ms, batch_id_),
+                (error[:1024], batch_id_),
             )
             if not changed:
                 return None
             cur.execute("SELECT attempts FROM batches WHERE batch_id = %s", (batch_id_,))
             return int(cur.fetchone()["attempts"])
-
-    def record_failure(self, batch_id_: str, error: str) -> None:
-        with self.transaction() as cur:
-            cur.execute(
-                "UPDATE batches SET last_error = %s WHERE batch_id = %s AND state = 'CLAIMED'",
-                (error[:1024], batch_id_),
-            )
 
     def mark_sent(self, batch_id_: str, now_ms: int) -> bool:
         """CLAIMED -> SENT for the batch and its rows; False when it was not CLAIMED any more."""
@@ -144,16 +148,15 @@ class BatchStore(Connection):
                 )
         return bool(changed)
 
-    def start_attempts(self, batch_ids: Sequence[str], now_ms: int) -> dict[str, int]:
-        """:meth:`start_attempt` for several batches in one transaction: attempt numbers of
-        those still CLAIMED (the others are absent from the result)."""
+    def begin_publish(self, batch_ids: Sequence[str], now_ms: int) -> dict[str, int]:
+        """Note the publish time of the batches still CLAIMED and return their failed publishes
+        so far (the others are absent). Counts nothing: see :meth:`record_failure`."""
         if not batch_ids:
             return {}
         marks = ", ".join(["%s"] * len(batch_ids))
         with self.transaction() as cur:
             cur.execute(
-                "UPDATE batches SET attempts = attempts + 1, last_attempt_ms = %s"
-                f" WHERE state = 'CLAIMED' AND batch_id IN ({marks})",
+                f"UPDATE batches SET last_attempt_ms = %s WHERE state = 'CLAIMED' AND batch_id IN ({marks})",
                 (now_ms, *batch_ids),
             )
             cur.execute(
