@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         "events_total": sum(r.events for r in results), "violations": violations,
         "faults_injected": sum(r.injected for r in results),
         "same_id_republishes": sum(r.republished_same_id for r in results),
-        "checkers_self_tested": sum(selftest.values()), "checkers": len(CHECKERS),
+        "checkers_self_tested": sum(selftest.values()), "checkers": len(CHECKERS), "self_test": selftest,
         "seconds": round(time.monotonic() - started, 1),
         "scenarios": {name: {"runs": sum(1 for r in results if r.scenario == name),
                              "violations": {k: v for r in results if r.scenario == name

@@ -176,8 +176,10 @@ def _first_published(s: Snapshot) -> dict:
 
 
 def _drop_batch(s: Snapshot) -> None:
-    first = _lines(s.output_raw)[0]
-    s.output_raw = b"".join(line + b"\n" for line in _lines(s.output_raw) if line != first)
+    """Every copy of one published batch that the dead letter does not hold either disappears."""
+    dead = {e["batch"]["batch_id"] for e in _parsed(s.dead_letter_raw) if e.get("kind") == "dead_batch"}
+    victim = next(m["batch_id"] for m in _parsed(s.output_raw) if m["batch_id"] not in dead)
+    s.output_raw = b"".join(line + b"\n" for line in _lines(s.output_raw) if json.loads(line)["batch_id"] != victim)
 
 
 def _steal_member(s: Snapshot) -> None:

@@ -146,6 +146,22 @@ class Run:
         time.sleep(self.rng.uniform(0.3, 1.2))
         self.mariadb.start()
 
+    def sink_outage(self, dead_within_s: float = 60.0) -> None:
+        """The sink is down for ``sink_outage_s`` and then until a batch went DEAD (past
+        max_attempts), however slowly the flushers get their ticks in."""
+        self.sink_down.touch()
+        self.count("sink outage")
+        time.sleep(self.s.sink_outage_s)
+        deadline = time.monotonic() + dead_within_s
+        while time.monotonic() < deadline:
+            try:
+                if self.query("SELECT COUNT(*) AS n FROM batches WHERE state = 'DEAD'")[0]["n"]:
+                    break
+            except pymysql.err.MySQLError:
+                pass  # the database may be restarting; ask again
+            time.sleep(0.2)
+        self.sink_down.unlink(missing_ok=True)
+
     def kill_redis(self) -> None:
         self.redis.kill()
         self.count("redis SIGKILL")
@@ -195,16 +211,14 @@ class Run:
 
         esm = EventSourceEmulator(workload.records, invoke_ingest, self.rng)
         outage_at = workload.size // 3
-        outage: threading.Timer | None = None
+        outage: threading.Thread | None = None
         while not esm.caught_up():
             if self.s.sink_outage_s and outage is None and sum(esm.committed.values()) >= outage_at:
-                self.sink_down.touch()
-                self.count("sink outage")
-                outage = threading.Timer(self.s.sink_outage_s, self.sink_down.unlink, kwargs={"missing_ok": True})
+                outage = threading.Thread(target=self.sink_outage, daemon=True)
                 outage.start()
             esm.step()
         if outage is not None:
-            outage.join()  # the outage lasts its whole length, past max_attempts
+            outage.join()
         self.stop.set()
         for thread in injectors:
             thread.join(timeout=30)

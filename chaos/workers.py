@@ -50,6 +50,9 @@ def _install_sink_faults() -> None:
         def close(self) -> None:
             self.inner.close()
 
+        def __getattr__(self, name: str):  # limits and anything else the sink protocol grows
+            return getattr(self.inner, name)
+
     sinks.sink_from_url = lambda url: FaultySink(real_factory(url))
 
 
