@@ -102,8 +102,9 @@ class IngestService:
                 _cut(cut, record.position)
         else:
             self._store([*events, *settled], outcome, cut)
-        failed = dict.fromkeys(r.position for r in records if r.offset >= cut.get((r.topic, r.partition), _NEVER))
-        outcome.failed = list(failed)
+        if cut:
+            outcome.failed = list(dict.fromkeys(
+                r.position for r in records if r.offset >= cut.get((r.topic, r.partition), _NEVER)))
         for name, value in (
             ("RecordsIngested", outcome.stored),
             ("RecordsCoalesced", outcome.coalesced),
@@ -182,11 +183,13 @@ class IngestService:
         cuts every partition at its first record not stored yet."""
         chunks = [items] if items else []
         while chunks:
-            chunk = [i for i in chunks.pop() if _offset(i) < cut.get(_partition(i), _NEVER)]
-            if not chunk:
-                continue
-            events = [i for i in chunk if isinstance(i, Event)]
-            settled = [i for i in chunk if not isinstance(i, Event)]
+            chunk = chunks.pop()
+            if cut:
+                chunk = [i for i in chunk if _offset(i) < cut.get(_partition(i), _NEVER)]
+                if not chunk:
+                    continue
+            events = [i for i in chunk if type(i) is Event]
+            settled = [i for i in chunk if type(i) is not Event] if len(events) < len(chunk) else []
             try:
                 counts = self.store.ingest(events, self.clock.now_ms(), settled)
             except StoreUnavailable as error:

@@ -18,7 +18,7 @@ import orjson
 
 from consolidator.events import Event, SourcePosition, bucket_of
 from consolidator.policy import GroupStats
-from consolidator.store.connection import Connection, _multi_row, _string_quoter
+from consolidator.store.connection import Connection, _multi_row, _string_escaper
 from consolidator.store.offsets import advance_marks, lock_marks, record_applied
 
 
@@ -47,11 +47,6 @@ ON DUPLICATE KEY UPDATE
 """
 # ON DUPLICATE KEY UPDATE assigns left to right: pos_key is compared by every line above
 # and changed last. merged_events always changes, so each duplicate counts 2 affected rows.
-
-
-def _encode_items(items: Sequence[tuple[str, int]]) -> str:
-    """Compact JSON ``[[sku, quantity], ...]``."""
-    return orjson.dumps(items).decode()
 
 
 class BufferStore(Connection):
@@ -100,17 +95,17 @@ class BufferStore(Connection):
 
     @staticmethod
     def _upsert(cur, events: Sequence[Event], now_ms: int) -> int:
-        """Multi-row upsert of ``events``; returns the affected-rows count (2 per coalesced)."""
+        """Multi-row upsert of ``events``; returns the affected-rows count (2 per coalesced).
+        The row text is the ingest hot path: values are escaped inline, no wrapper per value."""
         if not events:
             return 0
-        quote = _string_quoter(cur.connection)
-        topics: dict[str, str] = {}
+        esc = _string_escaper(cur.connection)
+        dumps = orjson.dumps
         tail = f",{now_ms:d},{now_ms:d})"
         affected = 0
         for statement in _multi_row(_UPSERT_HEAD, _UPSERT_TAIL, (
-            f"({bucket_of(ts)},{quote(group)},{quote(item)},X'{position.sort_key().hex()}',"
-            f"{topics.get(position.topic) or topics.setdefault(position.topic, quote(position.topic))},"
-            f"{position.partition:d},{position.offset:d},{ts:d},{quote(_encode_items(items))}{tail}"
+            f"({bucket_of(ts)},'{esc(group)}','{esc(item)}',X'{position.sort_key().hex()}','{esc(position.topic)}',"
+            f"{position.partition:d},{position.offset:d},{ts:d},'{esc(dumps(items).decode())}'{tail}"
             for position, ts, group, item, items, _ in events
         )):
             affected += cur.execute(statement)
