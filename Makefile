@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh Debian machine: `make demo` and `make test`.
 PY := .venv/bin/python
 
-.PHONY: setup test demo bench bench-ingest bench-flush bench-replay synth lint
+.PHONY: setup test demo bench bench-ingest bench-flush bench-replay capacity synth lint
 
 setup:
 	@bash scripts/setup.sh
@@ -22,6 +22,10 @@ bench-flush: setup
 
 bench-replay: setup
 	$(PY) bench/bench_replay.py
+
+# docs/capacity.md from the saved benchmark JSON lines (bench/results/, one file per run)
+capacity: setup
+	$(PY) bench/capacity.py --ingest bench/results/ingest-*.json --flush bench/results/flush-*.json > docs/capacity.md
 
 synth: setup
 	$(PY) infra/bundle.py
