@@ -39,8 +39,10 @@ def _fmt(value: float | None, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
-def model(ingest: list[dict], flush: list[dict]) -> dict[str, float | None]:
-    """Every derived figure, from the medians of the runs."""
+def model(ingest: list[dict], flush: list[dict], server_cpu: str = "process") -> dict[str, float | None]:
+    """Every derived figure, from the medians of the runs. ``server_cpu``: which server figure
+    the derived rates use, the whole process's (right on a machine of its own) or the
+    benchmark connection's thread (on a shared server, where the process also counts others)."""
     m = {key: _median(ingest, key) for key in (
         "server_cpu_us_per_record", "load_data_server_cpu_us_per_record", "server_thread_cpu_us_per_record",
         "client_cpu_us_per_record", "service_records_per_s", "ratio_vs_load_data", "buffer_bytes_per_row",
@@ -49,7 +51,11 @@ def model(ingest: list[dict], flush: list[dict]) -> dict[str, float | None]:
         "server_cpu_us_per_row", "sql_floor_server_cpu_us_per_row", "server_thread_cpu_us_per_row",
         "client_cpu_us_per_row", "file_rows_per_s", "file_batches_per_s", "kafka_rows_per_s",
         "kafka_batches_per_s", "ratio_vs_sql_floor", "max_batch_size")}
-    ingest_us, flush_us = m["server_cpu_us_per_record"], m["flush_server_cpu_us_per_row"]
+    if server_cpu == "thread":
+        ingest_us, flush_us = m["server_thread_cpu_us_per_record"], m["flush_server_thread_cpu_us_per_row"]
+    else:
+        ingest_us, flush_us = m["server_cpu_us_per_record"], m["flush_server_cpu_us_per_row"]
+    m["ingest_us"], m["flush_us"] = ingest_us, flush_us
     m["ingest_events_per_vcpu_s"] = 1e6 / ingest_us if ingest_us else None
     m["flush_rows_per_vcpu_s"] = 1e6 / flush_us if flush_us else None
     m["both_events_per_vcpu_s"] = 1e6 / (ingest_us + flush_us) if ingest_us and flush_us else None
@@ -66,8 +72,11 @@ def model(ingest: list[dict], flush: list[dict]) -> dict[str, float | None]:
     return m
 
 
-def render(ingest: list[dict], flush: list[dict], sources: list[str]) -> str:
-    m = model(ingest, flush)
+def render(ingest: list[dict], flush: list[dict], sources: list[str], server_cpu: str = "process") -> str:
+    m = model(ingest, flush, server_cpu)
+    basis = ("the whole `mariadbd` process's CPU" if server_cpu == "process" else
+             "the CPU of the server thread serving the benchmark's connection (the machine was shared,"
+             " so the process figure also counted other clients' work)")
     runs = "\n".join(f"- `{s}`" for s in sources)
     switch = min(filter(None, (m["switch_rate_events_per_s"], m["switch_rate_by_state_events_per_s"])), default=None)
     return f"""# Capacity of the Lambda path
@@ -97,6 +106,9 @@ sizing, not promises. Regenerate with `make capacity` after new runs.
 | flush vs the bare SQL floor (file sink) | {_fmt(m["flush_ratio_vs_sql_floor"], 3)} |
 
 ## Derived
+
+Server cost used below: {_fmt(m["ingest_us"], 1)} us per ingested event and {_fmt(m["flush_us"], 1)} us per
+flushed row, from {basis}.
 
 | question | answer |
 |---|---|
@@ -143,9 +155,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ingest", nargs="+", type=Path, required=True, help="bench-ingest JSON lines")
     parser.add_argument("--flush", nargs="+", type=Path, required=True, help="bench-flush JSON lines")
+    parser.add_argument("--server-cpu", choices=("process", "thread"), default="process",
+                        help="server figure for the derived rates: the process (a machine of its own) or the"
+                             " benchmark connection's thread (a shared database server)")
     args = parser.parse_args()
     sources = [p.as_posix() for p in [*args.ingest, *args.flush]]
-    print(render(_load(args.ingest), _load(args.flush), sources), end="")
+    print(render(_load(args.ingest), _load(args.flush), sources, args.server_cpu), end="")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ def test_model_follows_the_measured_figures():
     assert m["switch_rate_events_per_s"] == 16_000 * capacity.HEADROOM
     budget = capacity.BUFFER_POOL_GIB * 2**30 * capacity.BUFFER_POOL_SHARE / 400
     assert m["switch_rate_by_state_events_per_s"] == budget / capacity.HARD_WINDOW_S
+    shared = capacity.model([INGEST], [FLUSH], "thread")  # a shared server: the connection's thread
+    assert shared["both_events_per_vcpu_s"] == 1e6 / (18 + 28)
 
 
 def test_rendered_page_lists_its_sources_and_missing_figures_as_na(tmp_path):
