@@ -39,6 +39,7 @@ def test_model_follows_the_measured_figures():
     assert m["switch_rate_by_state_events_per_s"] == budget / capacity.HARD_WINDOW_S
     shared = capacity.model([INGEST], [FLUSH], "thread")  # a shared server: the connection's thread
     assert shared["both_events_per_vcpu_s"] == 1e6 / (18 + 28)
+    assert shared["flusher_ceiling_rows_per_s"] == 1e6 / (10 + 28)  # the flusher's CPU + the server's
 
 
 def test_rendered_page_lists_its_sources_and_missing_figures_as_na(tmp_path):
@@ -48,4 +49,4 @@ def test_rendered_page_lists_its_sources_and_missing_figures_as_na(tmp_path):
     page = capacity.render(runs, [FLUSH], ["bench/results/ingest-1.json"])
     assert "`bench/results/ingest-1.json`" in page
     assert "| events/s one Aurora writer vCPU can ingest | n/a |" in page
-    assert "| the single flusher's ceiling | 16,000 rows/s |" in page
+    assert "| **the single flusher's ceiling used below** (measured, the slower sink) | **16,000 rows/s** |" in page
