@@ -244,6 +244,10 @@ def _fast_decoders(names: FieldNames) -> _FastDecoders | None:
 
 
 _new = tuple.__new__  # builds a NamedTuple in C, without its Python-level __new__
+# What the fast path's decoders raise for a value they refuse: msgspec's DecodeError (malformed
+# or wrong shape), UnicodeDecodeError (a ValueError: invalid UTF-8 in a string it reads),
+# RecursionError (deep nesting), orjson's JSONDecodeError (a ValueError as well).
+_REFUSED = (msgspec.DecodeError, ValueError, RecursionError)
 
 
 def decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Event:
@@ -259,11 +263,11 @@ def decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Even
     if decoders is not None and value and len(value) <= max_event_bytes:
         try:
             document = decoders.exact_shape.decode(value)
-        except (msgspec.DecodeError, RecursionError):
+        except _REFUSED:
             try:
                 document = decoders.any_shape.decode(value)
                 orjson.loads(value)
-            except (msgspec.DecodeError, orjson.JSONDecodeError, RecursionError):
+            except _REFUSED:
                 document = None  # not a plain valid event: the exact path decides, with the reason
         if document is not None:
             items = document.items

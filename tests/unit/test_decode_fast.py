@@ -60,6 +60,9 @@ POISON_CORPUS = [
     doc(*BASE, (b"x", b"[" * 1000 + b"]" * 1000), (b"order_id", b"[]")),
     doc(*BASE, (b"location_id", b"7.5")), doc((b"location_id", b"1"), (b"order_id", b"null")),
     b'\xef\xbb\xbf{"location_id": "W", "order_id": "A"}', doc(*BASE) + b"\x00",
+    # invalid UTF-8 in a field the event reads (msgspec raises UnicodeDecodeError there)
+    b'{"order_id":"\xff"}', doc((b"location_id", b'"W\xed\xa0\x80"'), (b"order_id", b'"A"')),
+    doc(*BASE, (b"items", b'[{"sku": "\xc0\xaf", "quantity": 1}]')),
 ]
 POISON_CORPUS += [
     __import__("base64").b64decode(r["value"]) if r.get("value") else None
