@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh Debian machine: `make demo` and `make test`.
 PY := .venv/bin/python
 
-.PHONY: setup test demo bench bench-ingest bench-flush bench-replay synth lint chaos
+.PHONY: setup test demo bench bench-ingest bench-flush bench-replay capacity synth lint chaos
 
 setup:
 	@bash scripts/setup.sh
@@ -15,13 +15,21 @@ demo: setup
 bench: bench-ingest bench-flush bench-replay
 
 bench-ingest: setup
-	$(PY) bench/bench_ingest.py
+	$(PY) bench/bench_ingest.py $(BENCH_ARGS)
 
 bench-flush: setup
-	$(PY) bench/bench_flush.py
+	$(PY) bench/bench_flush.py $(BENCH_ARGS)
 
 bench-replay: setup
 	$(PY) bench/bench_replay.py
+
+# docs/capacity.md from the saved benchmark JSON lines (bench/results/, one file per run:
+# `make bench-ingest BENCH_ARGS="--save bench/results/ingest-1.json"`); SERVER_CPU=thread
+# when the database server was shared during the runs
+SERVER_CPU ?= process
+capacity: setup
+	$(PY) bench/capacity.py --server-cpu $(SERVER_CPU) --ingest bench/results/ingest-*.json \
+	  --flush bench/results/flush-*.json > docs/capacity.md
 
 synth: setup
 	$(PY) infra/bundle.py

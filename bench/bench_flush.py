@@ -4,6 +4,8 @@ Default: 100,000 rows in 200 groups (500 rows each = max_batch_size, so every gr
 drained to the file sink and to the librdkafka mock-cluster Kafka sink.
 Baseline measured in the same run on the same rows: the bare SQL work, i.e. read the rows'
 payloads and update their status in chunks of max_batch_size, one transaction per chunk.
+Around each run it samples the database server's CPU from /proc (server_cpu.py) and this
+process's own CPU (the flusher's side).
 Prints a table of figures, then one JSON line including ratio_vs_sql_floor (file sink).
 Not part of the test suite: `make bench-flush` (`--quick` for a 10x smaller run).
 """
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import pymysql
+from server_cpu import ServerCpu, per_record_us
 
 from consolidator.clock import ManualClock
 from consolidator.deadletter import FileDeadLetter
@@ -118,6 +121,7 @@ def main() -> None:
     parser.add_argument("--no-kafka", action="store_true", help="skip the mock-cluster Kafka sink")
     parser.add_argument("--database-url", default=os.environ.get(
         "BENCH_DATABASE_URL", "mysql://root:@127.0.0.1:3306/consolidator_bench_flush"))
+    parser.add_argument("--save", type=Path, help="also write the JSON line to this file (for bench/capacity.py)")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.groups = 10_000, 20
@@ -147,11 +151,17 @@ def main() -> None:
         variants.append("kafka")
 
     best: dict[str, tuple[float, int]] = {}
+    server: dict[str, dict] = {}
+    client: dict[str, float] = {}
+    with store.transaction() as cur:
+        cpu = ServerCpu(cur)
+        cpu.watch(cur)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for run in range(args.repeat):
             for name in variants:
                 reset_to_pending(store)
+                before, cpu_before = cpu.sample(), time.process_time()
                 if name == "sql_floor":
                     seconds, batches = sql_floor(store, args.batch_size)
                 elif name == "file":
@@ -164,12 +174,16 @@ def main() -> None:
                     sink = KafkaSink(bootstrap, f"bench-batches-{run}")
                     seconds, batches = drain(store, sink, policy, tmp, args.rows)
                     sink.close()
+                run_server = per_record_us(before, cpu.sample(), args.rows)
+                run_client = round((time.process_time() - cpu_before) * 1e6 / args.rows, 2)
                 check_drained(store, args.rows)
                 print(f"{name:>10} run {run + 1}: {args.rows} rows, {batches} batches in {seconds:6.2f} s"
-                      f" = {args.rows / seconds:>8.0f} rows/s, {batches / seconds:>6.1f} batches/s",
-                      file=sys.stderr)
+                      f" = {args.rows / seconds:>8.0f} rows/s, {batches / seconds:>6.1f} batches/s;"
+                      f" server CPU {run_server['process']} us/row (its thread {run_server['thread']}),"
+                      f" client CPU {run_client} us/row", file=sys.stderr)
                 if name not in best or seconds < best[name][0]:
                     best[name] = (seconds, batches)
+                    server[name], client[name] = run_server, run_client
 
     rate = {name: args.rows / seconds for name, (seconds, _) in best.items()}
     figures = {
@@ -179,6 +193,11 @@ def main() -> None:
         "file_rows_per_s": round(rate["file"]),
         "file_batches_per_s": round(best["file"][1] / best["file"][0], 1),
         "ratio_vs_sql_floor": round(rate["file"] / rate["sql_floor"], 3),
+        "server_cpu_us_per_row": server["file"]["process"],
+        "sql_floor_server_cpu_us_per_row": server["sql_floor"]["process"],
+        "server_thread_cpu_us_per_row": server["file"]["thread"],
+        "sql_floor_server_thread_cpu_us_per_row": server["sql_floor"]["thread"],
+        "client_cpu_us_per_row": client["file"],
     }
     if "kafka" in best:
         figures |= {
@@ -193,6 +212,8 @@ def main() -> None:
                          autocommit=True) as admin, admin.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {params.database}")
     print(json.dumps(figures))
+    if args.save:
+        args.save.write_text(json.dumps(figures) + "\n")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,10 @@
 
 Every poison case of SEMANTICS section 2 raises :class:`PoisonEvent` with a
 machine-readable ``reason``; nothing else is raised for bad input.
+
+Two paths, one result: a fast path decodes and validates in C (msgspec, typed) and accepts
+only what the exact path accepts, with the same values; on any failure it hands the record
+to the exact path, which finds the reason and its detail.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
+import msgspec
 import orjson
 
 from consolidator.errors import ConsolidatorError
@@ -173,8 +178,8 @@ def _parse(value: bytes) -> object:
         raise PoisonEvent(PoisonReason.NOT_JSON, f"value is not JSON: {exc}") from None
 
 
-def decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Event:
-    """Validate ``record``; raise :class:`PoisonEvent` with the reason if it is poison."""
+def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Event:
+    """Validate ``record`` step by step; raise :class:`PoisonEvent` with the reason if it is poison."""
     value = record.value
     if not value:
         raise PoisonEvent(PoisonReason.EMPTY_VALUE, "record has no value (tombstone or empty)")
@@ -192,3 +197,83 @@ def decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Even
         _items(get(names.items), names),
         value,
     )
+
+
+_Key = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_CHARS)]
+_Sku = Annotated[str, msgspec.Meta(min_length=1)]
+_Quantity = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]  # msgspec reads bigger ones as ints, orjson as floats
+
+
+class _FastDecoders(NamedTuple):
+    exact_shape: msgspec.json.Decoder  # the event's fields and nothing else: every byte is checked
+    any_shape: msgspec.json.Decoder  # other fields skipped, less strictly than orjson checks them
+
+
+@functools.lru_cache(maxsize=16)
+def _build_fast_decoders(names: FieldNames) -> _FastDecoders | None:
+    """Typed decoders of a valid event for the configured field names, strictly (identifiers
+    as strings only: an integer identifier takes the exact path). None when the names collide."""
+    if len({names.group_key, names.item_id, names.items}) < 3 or names.sku == names.quantity:
+        return None
+
+    def decoder(forbid_unknown_fields: bool) -> msgspec.json.Decoder:
+        item = msgspec.defstruct("Item", [("sku", _Sku), ("quantity", _Quantity)],
+                                 rename={"sku": names.sku, "quantity": names.quantity},
+                                 forbid_unknown_fields=forbid_unknown_fields)
+        document = msgspec.defstruct(
+            "Document",
+            [("group_key", _Key), ("item_id", _Key), ("items", list[item] | None, None)],  # type: ignore[valid-type]
+            rename={"group_key": names.group_key, "item_id": names.item_id, "items": names.items},
+            forbid_unknown_fields=forbid_unknown_fields,
+        )
+        return msgspec.json.Decoder(document)
+
+    return _FastDecoders(decoder(True), decoder(False))
+
+
+_last_decoders: tuple[FieldNames | None, _FastDecoders | None] = (None, None)
+
+
+def _fast_decoders(names: FieldNames) -> _FastDecoders | None:
+    """The decoders of ``names``; the last ones are found by identity (hashing the dataclass
+    costs more than a decode)."""
+    global _last_decoders
+    if _last_decoders[0] is not names:
+        _last_decoders = (names, _build_fast_decoders(names))
+    return _last_decoders[1]
+
+
+_new = tuple.__new__  # builds a NamedTuple in C, without its Python-level __new__
+# What the fast path's decoders raise for a value they refuse: msgspec's DecodeError (malformed
+# or wrong shape), UnicodeDecodeError (a ValueError: invalid UTF-8 in a string it reads),
+# RecursionError (deep nesting), orjson's JSONDecodeError (a ValueError as well).
+_REFUSED = (msgspec.DecodeError, ValueError, RecursionError)
+
+
+def decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Event:
+    """Validate ``record``; raise :class:`PoisonEvent` with the reason if it is poison.
+
+    The fast path validates the event in C (msgspec) and returns only what the exact path
+    would return. A value with the event's fields and nothing else is checked byte by byte;
+    with other fields, msgspec skips them less strictly than orjson (invalid UTF-8, numbers
+    that overflow a double), so orjson, which decides what is JSON on the exact path, must
+    accept the value too. Whatever is refused goes the exact way, which names the reason."""
+    value = record.value
+    decoders = _fast_decoders(names)
+    if decoders is not None and value and len(value) <= max_event_bytes:
+        try:
+            document = decoders.exact_shape.decode(value)
+        except _REFUSED:
+            try:
+                document = decoders.any_shape.decode(value)
+                orjson.loads(value)
+            except _REFUSED:
+                document = None  # not a plain valid event: the exact path decides, with the reason
+        if document is not None:
+            items = document.items
+            return _new(Event, (
+                _new(SourcePosition, (record.topic, record.partition, record.offset)), record.timestamp_ms,
+                document.group_key, document.item_id,
+                tuple([(i.sku, i.quantity) for i in items]) if items else (), value,
+            ))
+    return decode_exact(record, names, max_event_bytes)

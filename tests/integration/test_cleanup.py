@@ -42,7 +42,7 @@ def test_creates_future_partitions_and_second_run_is_a_no_op(store, clock):
     assert first.created == ["p202612", "p202701", "p202702"]
     assert first.dropped == [] and first.refused == []
     assert names(store) == ["p202610", "p202611", "p202612", "p202701", "p202702", "pmax"]
-    assert {p.name for p in store.partitions("ingested_positions")} == set(names(store))
+    assert {p.name for p in store.partitions("applied_positions")} == set(names(store))
 
     second = service.run()
     assert not second.changed and second.refused == []
@@ -60,7 +60,7 @@ def test_drops_old_partition_holding_only_sent_rows(store, clock):
     assert report.dropped == ["p202610"]
     assert report.created == ["p202612", "p202701", "p202702", "p202703"]
     assert "p202610" not in names(store)
-    assert "p202610" not in {p.name for p in store.partitions("ingested_positions")}
+    assert "p202610" not in {p.name for p in store.partitions("applied_positions")}
     assert sql(store, "SELECT COUNT(*) AS n FROM buffer_rows")[0]["n"] == 0
 
     again = CleanupService(store, clock, retention_months=3, partitions_ahead=1).run()

@@ -50,7 +50,7 @@ def cli_json(env: dict[str, str], *args: str, exit_code: int = 0) -> dict:
 
 @pytest.fixture
 def migrated(env, database_url) -> MySQLStore:
-    assert cli_json(env, "db", "migrate")["applied"] == [1, 2, 3]
+    assert cli_json(env, "db", "migrate")["applied"][:4] == [1, 2, 3, 4]
     store = MySQLStore.from_url(database_url)
     yield store
     store.close()
@@ -94,7 +94,7 @@ def test_unreachable_database_exit_1(env):
 
 def test_db_migrate_is_idempotent(env, migrated):
     second = cli_json(env, "db", "migrate")
-    assert second == {"applied": [], "schema_version": 3}
+    assert second["applied"] == [] and second["schema_version"] >= 4
     result = cli(env, "db", "migrate")
     assert result.exit_code == 0 and "up to date" in result.stdout
 

@@ -21,6 +21,7 @@ from consolidator.services.ingest import IngestService
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 ALL_ROWS = "SELECT * FROM buffer_rows ORDER BY id"
+MARKS = "SELECT * FROM partition_offsets ORDER BY src_topic, src_partition"
 
 
 @pytest.fixture
@@ -44,12 +45,13 @@ def msk_event(records):
 def test_s1_same_event_twice_leaves_tables_byte_for_byte_identical(service, store, clock):
     event = msk_event([record(o, partition=p, order=f"A{o % 4}", items=(("S", o),)) for p in (0, 1) for o in range(12)])
     assert service.handle_msk_event(event) == {"batchItemFailures": []}
-    before = (sql(store, ALL_ROWS), sql(store, "SELECT * FROM ingested_positions ORDER BY pos_key"))
+    before = (sql(store, ALL_ROWS), sql(store, MARKS))
     clock.advance(60_000)
     assert service.handle_msk_event(event) == {"batchItemFailures": []}
-    after = (sql(store, ALL_ROWS), sql(store, "SELECT * FROM ingested_positions ORDER BY pos_key"))
+    after = (sql(store, ALL_ROWS), sql(store, MARKS))
     assert after == before
     assert len(before[0]) == 4  # 24 records, 4 items: coalesced across partitions
+    assert [(m["src_partition"], m["high_water"]) for m in before[1]] == [(0, 11), (1, 11)]
 
 
 def test_s2_newer_event_replaces_and_bumps_older_replay_does_not(service, store, clock):
@@ -126,7 +128,7 @@ def test_s4_randomized_history_matches_reference_model(seed, store, dead_letter)
     from consolidator.clock import ManualClock
     from consolidator.events import decode
 
-    for table in ("buffer_rows", "ingested_positions", "batches"):
+    for table in ("buffer_rows", "partition_offsets", "applied_positions", "batches"):
         sql(store, f"TRUNCATE TABLE {table}")
     rng = random.Random(seed)
     clock = ManualClock(T0)
@@ -200,13 +202,15 @@ def test_database_unreachable_reports_every_record_and_writes_nothing(store, dea
 
 
 @mock_aws
-def test_dead_letter_unreachable_reports_the_poison_record(store, clock):
+def test_dead_letter_unreachable_fails_the_poison_record_and_the_rest_of_its_partition(store, clock):
     sqs = boto3.client("sqs", region_name="eu-west-1")
     missing = SqsDeadLetter("https://sqs.eu-west-1.amazonaws.com/123456789012/missing", client=sqs)
     service = IngestService(store, missing, FieldNames(), 256 * 1024, clock)
-    response = service.handle_msk_event(msk_event([record(1), record(2, value=b"nope"), record(3, order="B")]))
-    assert failures(response) == [("orders-0", 2)]
-    assert sorted(r["src_offset"] for r in sql(store, ALL_ROWS)) == [1, 3]
+    records = [record(1), record(2, value=b"nope"), record(3, order="B"), record(4, partition=1, order="C")]
+    response = service.handle_msk_event(msk_event(records))
+    assert failures(response) == [("orders-0", 2), ("orders-0", 3)]
+    assert sorted(r["src_offset"] for r in sql(store, ALL_ROWS)) == [1, 4]
+    assert [(m["src_partition"], m["high_water"]) for m in sql(store, MARKS)] == [(0, 1), (1, 4)]
 
 
 @mock_aws
@@ -226,19 +230,20 @@ def test_poison_reaches_sqs_with_position_raw_bytes_and_reason(store, clock):
     assert base64.b64decode(bodies[0]["value_b64"]).startswith(b"not json")
 
 
-def test_partial_failure_reports_exactly_the_failing_records(service, store):
+def test_partial_failure_fails_the_failing_record_and_the_rest_of_its_partition(service, store):
+    """Each partition is applied as a contiguous prefix: Lambda resumes a partition from its
+    lowest reported offset, so later records of it come back anyway and must not be written."""
     sql(store, "CREATE TRIGGER reject_fail BEFORE INSERT ON buffer_rows FOR EACH ROW "
                "IF NEW.item_id LIKE 'FAIL%' THEN SIGNAL SQLSTATE '45000' "
                "SET MESSAGE_TEXT = 'rejected by test trigger'; END IF")
     records = [record(o, partition=o % 3, order=("FAIL" if o in (4, 9, 10) else "OK") + str(o)) for o in range(15)]
     response = service.handle_msk_event(msk_event(records))
-    assert response == {"batchItemFailures": [
-        {"itemIdentifier": {"partition": "orders-0", "offset": 9}},
-        {"itemIdentifier": {"partition": "orders-1", "offset": 4}},
-        {"itemIdentifier": {"partition": "orders-1", "offset": 10}},
-    ]}
-    assert sorted(r["src_offset"] for r in sql(store, ALL_ROWS)) == [o for o in range(15) if o not in (4, 9, 10)]
-    # Lambda re-delivers from the lowest failed offset: the stored ones replay as no-ops.
+    assert failures(response) == [("orders-0", 9), ("orders-0", 12), ("orders-1", 4), ("orders-1", 7),
+                                  ("orders-1", 10), ("orders-1", 13)]
+    assert sorted(r["src_offset"] for r in sql(store, ALL_ROWS)) == [0, 1, 2, 3, 5, 6, 8, 11, 14]
+    assert [(m["src_partition"], m["high_water"]) for m in sql(store, MARKS)] == [(0, 6), (1, 1), (2, 14)]
+    # Lambda re-delivers each partition from its lowest failed offset: the stored ones replay as no-ops.
     sql(store, "DROP TRIGGER reject_fail")
     outcome = service.ingest(records)
-    assert (outcome.failed, outcome.stored, outcome.replayed) == ([], 3, 12)
+    assert (outcome.failed, outcome.stored, outcome.replayed) == ([], 6, 9)
+    assert sorted(r["src_offset"] for r in sql(store, ALL_ROWS)) == list(range(15))

@@ -29,12 +29,16 @@ def history(seed: int = 7) -> list[KafkaRecord]:
     poison records, and a month boundary (one PENDING row per item per monthly bucket)."""
     rng = random.Random(seed)
     offsets = {0: 0, 1: 0}
+    last = {0: 0, 1: 0}
     records: list[KafkaRecord] = []
     at = START
     for _ in range(280):
         at += rng.choice([0, 1_000, 5_000, 20_000, 45_000, 70_000]) // rng.choice([1, 1, 2, 4])
         partition = rng.randrange(2)
-        jitter = rng.choice([0, 0, 0, -3_000])  # producer clocks: timestamps not in offset order
+        # producer clocks: timestamps not in offset order across partitions. Within a partition the
+        # serverless harness below ingests at each record's timestamp, so they must follow offset
+        # order there, as Lambda delivers a partition (a lower offset after a higher one is a replay).
+        jitter = max(rng.choice([0, 0, 0, -3_000]), last[partition] - at)
         group = f"WH-{rng.randrange(5)}"
         if rng.random() < 0.03:
             value = rng.choice([b"\xff\xfe", b"[1, 2]", b'{"order_id": "x"}'])
@@ -44,6 +48,7 @@ def history(seed: int = 7) -> list[KafkaRecord]:
             value = json.dumps({"location_id": group, "order_id": f"{group}-O{rng.randrange(12)}",
                                 "items": items}).encode()
         records.append(KafkaRecord("orders", partition, offsets[partition], at + jitter, group.encode(), value))
+        last[partition] = at + jitter
         offsets[partition] += 1
         if rng.random() < 0.04:  # at-least-once delivery upstream: the same position again
             records.append(records[rng.randrange(len(records))])

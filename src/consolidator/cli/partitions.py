@@ -94,7 +94,7 @@ def partitions_drop(
     expired_only: Annotated[bool, typer.Option(
         "--expired", help="Drop every partition past CONSOLIDATOR_RETENTION_MONTHS.")] = False,
     force: Annotated[bool, typer.Option(
-        "--force", help="Allow naming a partition within the retention (loses replay protection).")] = False,
+        "--force", help="Allow naming a partition within the retention (its rows and applied positions go).")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Drop partitions that hold no PENDING or CLAIMED row. Refuses (exit 1) otherwise and

@@ -1,8 +1,15 @@
 """Ingest use case: Kafka records -> durable buffer rows or dead-letter entries.
 
-Guarantee: a record is reported as succeeded only once it is durable, as a buffer row (or a
-no-op replay of one) or as a confirmed dead-letter entry. Everything else is returned as a
-failure, so Lambda re-delivers it and nothing is lost.
+Guarantees:
+- a record is reported as succeeded only once it is durable, as a buffer row (or a no-op
+  replay of one) or as a confirmed dead-letter entry; everything else is returned as a
+  failure, so Lambda re-delivers it and nothing is lost;
+- each partition is applied as a contiguous prefix of what the invocation received: when a
+  record cannot be stored (or dead-lettered), it and every later record of its partition are
+  reported failed and not written; other partitions are unaffected (SEMANTICS section 11);
+- poison at or below its partition's high-water mark is a replay and is not dead-lettered
+  again; the dead letter is still at-least-once (a poison record after a failure is reported
+  failed even when its entry was written, and is dead-lettered again when re-delivered).
 """
 
 from __future__ import annotations
@@ -20,6 +27,28 @@ from consolidator.msk import batch_item_failures, records_from_event
 from consolidator.store.mysql import IngestCounts, MySQLStore
 
 log = logging.getLogger(__name__)
+
+Partition = tuple[str, int]
+_NEVER = 2**63  # above every offset: the partition is not cut
+
+
+def _position(item: Event | SourcePosition) -> SourcePosition:
+    return item.position if isinstance(item, Event) else item
+
+
+def _partition(item: Event | SourcePosition) -> Partition:
+    position = _position(item)
+    return position.topic, position.partition
+
+
+def _offset(item: Event | SourcePosition) -> int:
+    return _position(item).offset
+
+
+def _cut(cut: dict[Partition, int], position: SourcePosition) -> None:
+    """``position`` and every later record of its partition are not made durable."""
+    key = (position.topic, position.partition)
+    cut[key] = min(cut.get(key, _NEVER), position.offset)
 
 
 class MetricsRecorder(Protocol):
@@ -64,8 +93,18 @@ class IngestService:
                 events.append(decode(record, self.names, self.max_event_bytes))
             except PoisonEvent as error:
                 poison.append((record, error))
-        self._dead_letter(poison, outcome)
-        self._store(events, outcome)
+        cut: dict[Partition, int] = {}  # per partition, the lowest offset not made durable
+        try:
+            settled = self._dead_letter(poison, outcome, cut)
+        except StoreUnavailable as error:
+            log.error("database unavailable; failing every record", extra={"error": str(error)})
+            for record in records:
+                _cut(cut, record.position)
+        else:
+            self._store([*events, *settled], outcome, cut)
+        if cut:
+            outcome.failed = list(dict.fromkeys(
+                r.position for r in records if r.offset >= cut.get((r.topic, r.partition), _NEVER)))
         for name, value in (
             ("RecordsIngested", outcome.stored),
             ("RecordsCoalesced", outcome.coalesced),
@@ -76,43 +115,97 @@ class IngestService:
             self.metrics.add_metric(name=name, unit="Count", value=value)
         return outcome
 
-    def _dead_letter(self, poison: list[tuple[KafkaRecord, PoisonEvent]], outcome: IngestOutcome) -> None:
+    def redrive(self, records: Sequence[KafkaRecord]) -> IngestOutcome:
+        """Re-ingest fixed poison under its original positions, each exactly once (the store's
+        explicit per-position path; the marks already cover these positions). A record that is
+        still poison is reported failed."""
+        outcome = IngestOutcome()
+        events = []
+        for record in records:
+            try:
+                events.append(decode(record, self.names, self.max_event_bytes))
+            except PoisonEvent:
+                outcome.failed.append(record.position)
+        chunks = [events] if events else []
+        while chunks:
+            chunk = chunks.pop()
+            try:
+                self._count(self.store.ingest_redriven(chunk, self.clock.now_ms()), outcome)
+            except StoreUnavailable as error:
+                log.error("database unavailable during redrive", extra={"error": str(error)})
+                outcome.failed += [e.position for c in [chunk, *chunks] for e in c]
+                break
+            except StoreError as error:
+                if len(chunk) == 1:
+                    log.error("redriven record could not be stored",
+                              extra={"source": chunk[0].position.as_dict(), "error": str(error)})
+                    outcome.failed.append(chunk[0].position)
+                else:
+                    chunks += [[e] for e in reversed(chunk)]
+        return outcome
+
+    def _dead_letter(self, poison: list[tuple[KafkaRecord, PoisonEvent]], outcome: IngestOutcome,
+                     cut: dict[Partition, int]) -> list[SourcePosition]:
+        """Dead-letter the poison that is not a replay (the marks, read without a lock, tell);
+        returns the positions whose entry is confirmed and cuts the partitions of the others."""
         if not poison:
-            return
+            return []
+        marks = self.store.replay_marks({(r.topic, r.partition) for r, _ in poison})
+        fresh = []
+        for record, error in poison:
+            mark = marks.get((record.topic, record.partition))
+            if mark is not None and mark.is_replay(record.offset):
+                outcome.replayed += 1
+            else:
+                fresh.append((record, error))
+        if not fresh:
+            return []
         now = self.clock.now_ms()
-        failed = self.dead_letter.send([poison_entry(record, error, now) for record, error in poison])
-        for index, (record, error) in enumerate(poison):
+        failed = self.dead_letter.send([poison_entry(record, error, now) for record, error in fresh])
+        settled = []
+        for index, (record, error) in enumerate(fresh):
             if index in failed:
                 log.error("dead-letter write failed; record will be retried",
                           extra={"source": record.position.as_dict(), "reason": str(error.reason)})
-                outcome.failed.append(record.position)
+                _cut(cut, record.position)
             else:
                 log.warning("poison record dead-lettered",
                             extra={"source": record.position.as_dict(), "reason": str(error.reason),
                                    "detail": error.detail})
                 outcome.dead_lettered += 1
+                settled.append(record.position)
+        return settled
 
-    def _store(self, events: list[Event], outcome: IngestOutcome) -> None:
-        """One multi-row upsert; if it fails on a statement error, halve until the failing
-        records are isolated. An unreachable database fails every record not yet stored."""
-        pending = [events] if events else []
-        while pending:
-            chunk = pending.pop()
+    def _store(self, items: list[Event | SourcePosition], outcome: IngestOutcome, cut: dict[Partition, int]) -> None:
+        """One transaction for the whole invocation; if it fails on a statement error, halve
+        until the failing record is isolated, which cuts its partition there. Earlier halves go
+        first, so what is stored of a partition is always a prefix. An unreachable database
+        cuts every partition at its first record not stored yet."""
+        chunks = [items] if items else []
+        while chunks:
+            chunk = chunks.pop()
+            if cut:
+                chunk = [i for i in chunk if _offset(i) < cut.get(_partition(i), _NEVER)]
+                if not chunk:
+                    continue
+            events = [i for i in chunk if type(i) is Event]
+            settled = [i for i in chunk if type(i) is not Event] if len(events) < len(chunk) else []
             try:
-                counts = self.store.ingest(chunk, self.clock.now_ms())
+                counts = self.store.ingest(events, self.clock.now_ms(), settled)
             except StoreUnavailable as error:
-                log.error("database unavailable; failing %d records", sum(map(len, pending)) + len(chunk),
+                log.error("database unavailable; failing the records not stored yet",
                           extra={"error": str(error)})
-                outcome.failed.extend(e.position for c in [chunk, *pending] for e in c)
+                for item in (i for c in [chunk, *chunks] for i in c):
+                    _cut(cut, _position(item))
                 return
             except StoreError as error:
                 if len(chunk) == 1:
-                    log.error("record could not be stored; it will be retried",
-                              extra={"source": chunk[0].position.as_dict(), "error": str(error)})
-                    outcome.failed.append(chunk[0].position)
+                    log.error("record could not be stored; it and the later records of its partition"
+                              " will be retried", extra={"source": _position(chunk[0]).as_dict(), "error": str(error)})
+                    _cut(cut, _position(chunk[0]))
                 else:
                     middle = len(chunk) // 2
-                    pending.extend((chunk[middle:], chunk[:middle]))
+                    chunks += [chunk[middle:], chunk[:middle]]
                 continue
             self._count(counts, outcome)
 

@@ -1,8 +1,9 @@
 """Dead-letter redrive of poison events: fixed entries go back through the real ingest service.
 
 Guarantees:
-- an entry is re-ingested under its ORIGINAL source position, so redrive is idempotent: a
-  position already stored is a no-op (S1), running the same redrive twice changes nothing;
+- an entry is re-ingested under its ORIGINAL source position, exactly once: its position is
+  recorded in ``applied_positions`` in the transaction that stores it (the high-water marks
+  already cover it), so running the same redrive twice changes nothing;
 - an entry that is still poison is NOT re-ingested (it would only be dead-lettered again);
   it is reported with its reason;
 - an entry whose value was truncated in the dead letter is refused unless a fixed value is
@@ -84,7 +85,7 @@ def redrive_poison(entries: Iterable[dict], ingest: IngestService) -> RedriveRep
             continue
         records.append(record)
     for start in range(0, len(records), CHUNK):
-        outcome = ingest.ingest(records[start : start + CHUNK])
+        outcome = ingest.redrive(records[start : start + CHUNK])
         report.stored += outcome.stored
         report.coalesced += outcome.coalesced
         report.replayed += outcome.replayed

@@ -1,7 +1,8 @@
 """Ingest into the buffer (S1-S4) and the views of PENDING rows.
 
 Guarantees:
-- S1: a source position already stored changes nothing (the ``ingested_positions`` ledger);
+- S1: a record at or below its partition's high-water mark changes nothing (store/offsets.py);
+  the mark moves in the transaction that writes the rows;
 - S2: a newer event (by source position) replaces a PENDING row's items; last-update moves
   forward, first-seen never moves;
 - S3/S4: ``pending_slot`` is 1 only while a row is PENDING, so the unique key allows one
@@ -10,15 +11,15 @@ Guarantees:
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
 
-from consolidator.events import Event
+from consolidator.events import Event, SourcePosition, bucket_of
 from consolidator.policy import GroupStats
-from consolidator.store.connection import Connection, _multi_row, _string_quoter
+from consolidator.store.connection import Connection, _multi_row, _string_escaper
+from consolidator.store.offsets import advance_marks, lock_marks, record_applied
 
 
 @dataclass(frozen=True)
@@ -48,52 +49,67 @@ ON DUPLICATE KEY UPDATE
 # and changed last. merged_events always changes, so each duplicate counts 2 affected rows.
 
 
-def _encode_items(items: Sequence[tuple[str, int]]) -> str:
-    """Compact JSON ``[[sku, quantity], ...]``."""
-    return orjson.dumps(items).decode()
-
-
 class BufferStore(Connection):
-    def ingest(self, events: Sequence[Event], now_ms: int) -> IngestCounts:
-        """Store ``events`` in one transaction (S1-S4). All or nothing."""
+    def ingest(self, events: Sequence[Event], now_ms: int,
+               settled: Sequence[SourcePosition] = ()) -> IngestCounts:
+        """Store ``events`` in one transaction (S1-S4), all or nothing. An event at or below its
+        partition's mark (or an earlier event of this call) is a replay. ``settled`` are
+        positions handled elsewhere (poison confirmed in the dead letter): they only raise
+        the marks. Callers pass each partition's records in offset order."""
+        if not events and not settled:
+            return IngestCounts()
+        with self.transaction() as cur:
+            marks = lock_marks(cur, {(e.position.topic, e.position.partition) for e in events}
+                               | {(p.topic, p.partition) for p in settled})
+            high = {partition: mark.high_water for partition, mark in marks.items()}
+            fresh: list[Event] = []
+            ledger: list[Event] = []
+            for e in events:
+                topic, partition, offset = e.position
+                if offset > high[topic, partition]:
+                    high[topic, partition] = offset
+                    fresh.append(e)
+                elif marks[topic, partition].in_ledger_range(offset):
+                    ledger.append(e)  # the pre-v4 ledger decides (rare: re-deliveries only)
+            if ledger:
+                new = record_applied(cur, [(e.position.sort_key(), e.bucket) for e in ledger])
+                fresh += [e for e, is_new in zip(ledger, new, strict=True) if is_new]
+            for topic, partition, offset in settled:
+                high[topic, partition] = max(high[topic, partition], offset)
+            affected = self._upsert(cur, fresh, now_ms)
+            advance_marks(cur, {p: o for p, o in high.items() if o > marks[p].high_water})
+        return IngestCounts(stored=len(fresh), coalesced=affected - len(fresh), replayed=len(events) - len(fresh))
+
+    def ingest_redriven(self, events: Sequence[Event], now_ms: int) -> IngestCounts:
+        """Store fixed poison events under their original positions, each exactly once: the
+        explicit per-position path (``applied_positions``), since their positions are at or
+        below the marks. Never moves a mark. For ``dlq redrive`` only."""
         if not events:
             return IngestCounts()
-        unique: dict[bytes, Event] = {}
-        for event in events:
-            unique.setdefault(event.position.sort_key(), event)
+        unique = list({e.position: e for e in events}.values())
         with self.transaction() as cur:
-            quote = _string_quoter(cur.connection)
-            # The ledger insert detects replays itself: a stored position is ignored, so the
-            # common case (no replay) costs no lookup. Rows it added carry this call's marker.
-            marker = secrets.randbits(62)
-            recorded = sum(
-                cur.execute(statement)
-                for statement in _multi_row(
-                    "INSERT IGNORE INTO ingested_positions (pos_key, bucket, ingest_marker) VALUES ", "",
-                    (f"(X'{key.hex()}',{e.bucket},{marker})" for key, e in unique.items()),
-                )
-            )
-            fresh = list(unique.items())
-            if recorded != len(unique):
-                keys = ", ".join(f"X'{key.hex()}'" for key in unique)
-                cur.execute(
-                    f"SELECT pos_key FROM ingested_positions WHERE pos_key IN ({keys}) AND ingest_marker <> %s",
-                    (marker,),
-                )
-                seen = {bytes(row["pos_key"]) for row in cur.fetchall()}
-                fresh = [(key, event) for key, event in fresh if key not in seen]
-            affected = 0
-            for statement in _multi_row(_UPSERT_HEAD, _UPSERT_TAIL, (
-                f"({e.bucket},{quote(e.group_key)},{quote(e.item_id)},X'{key.hex()}',"
-                f"{quote(e.position.topic)},{e.position.partition:d},{e.position.offset:d},{e.timestamp_ms:d},"
-                f"{quote(_encode_items(e.items))},{now_ms:d},{now_ms:d})"
-                for key, e in fresh
-            )):
-                affected += cur.execute(statement)
-        return IngestCounts(
-            stored=len(fresh), coalesced=affected - len(fresh),
-            replayed=len(events) - len(fresh),
-        )
+            new = record_applied(cur, [(e.position.sort_key(), e.bucket) for e in unique])
+            fresh = [e for e, is_new in zip(unique, new, strict=True) if is_new]
+            affected = self._upsert(cur, fresh, now_ms)
+        return IngestCounts(stored=len(fresh), coalesced=affected - len(fresh), replayed=len(events) - len(fresh))
+
+    @staticmethod
+    def _upsert(cur, events: Sequence[Event], now_ms: int) -> int:
+        """Multi-row upsert of ``events``; returns the affected-rows count (2 per coalesced).
+        The row text is the ingest hot path: values are escaped inline, no wrapper per value."""
+        if not events:
+            return 0
+        esc = _string_escaper(cur.connection)
+        dumps = orjson.dumps
+        tail = f",{now_ms:d},{now_ms:d})"
+        affected = 0
+        for statement in _multi_row(_UPSERT_HEAD, _UPSERT_TAIL, (
+            f"({bucket_of(ts)},'{esc(group)}','{esc(item)}',X'{position.sort_key().hex()}','{esc(position.topic)}',"
+            f"{position.partition:d},{position.offset:d},{ts:d},'{esc(dumps(items).decode())}'{tail}"
+            for position, ts, group, item, items, _ in events
+        )):
+            affected += cur.execute(statement)
+        return affected
 
     def pending_group_stats(self, group_key: str | None = None) -> list[GroupStats]:
         """Statistics of PENDING rows per group (one group when ``group_key`` is given)."""

@@ -4,7 +4,7 @@ are mapped: they leave this package as :class:`StoreError` or :class:`StoreUnava
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Self
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -66,6 +66,14 @@ def _string_quoter(connection: pymysql.connections.Connection):
     if connection.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES:
         return lambda text: "'" + text.replace("'", "''") + "'"
     return lambda text: "'" + escape_string(text) + "'"
+
+
+def _string_escaper(connection: pymysql.connections.Connection) -> Callable[[str], str]:
+    """Escape a str's body for a quoted SQL literal (the caller adds the quotes): one call per
+    value on the ingest hot path, where a wrapper function costs as much as the escaping."""
+    if connection.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES:
+        return lambda text: text.replace("'", "''")
+    return escape_string
 
 
 def _multi_row(head: str, tail: str, rows: Iterable[str], max_bytes: int = 1_000_000) -> Iterator[str]:

@@ -1,4 +1,4 @@
-"""Monthly RANGE partitions of the buffer and the ledger: add ahead, drop only when sent."""
+"""Monthly RANGE partitions of the buffer and its applied positions: add ahead, drop only when sent."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from consolidator.errors import StoreError
 from consolidator.events import months_after
 from consolidator.store.connection import Connection
 
-BUFFER_TABLES = ("buffer_rows", "ingested_positions")
+BUFFER_TABLES = ("buffer_rows", "applied_positions")
 MAXVALUE_PARTITION = "pmax"
 UNSENT = ("PENDING", "CLAIMED")
 
@@ -72,7 +72,7 @@ class PartitionStore(Connection):
             return int(cur.fetchone()["n"])
 
     def drop_partition_if_sent(self, name: str) -> int:
-        """Drop partition ``name`` of the buffer and the ledger unless a row in it is PENDING or
+        """Drop partition ``name`` of the buffer and applied positions unless a row in it is PENDING or
         CLAIMED. Returns the number of unsent rows that blocked the drop (0 = dropped).
         The tables are write-locked between the check and the drop, so no row slips in."""
         name = _partition_name(name)
@@ -83,7 +83,7 @@ class PartitionStore(Connection):
                 self._connection = self._connect()
             connection = self._connection
             with connection.cursor() as cur:
-                cur.execute("LOCK TABLES buffer_rows WRITE, ingested_positions WRITE")
+                cur.execute("LOCK TABLES buffer_rows WRITE, applied_positions WRITE")
                 try:
                     cur.execute(
                         f"SELECT COUNT(*) AS n FROM buffer_rows PARTITION ({name})"

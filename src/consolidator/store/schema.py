@@ -1,4 +1,4 @@
-"""Schema: versioned, idempotent migrations of the buffer, the position ledger and batches."""
+"""Schema: versioned, idempotent migrations of the buffer, the replay state and batches."""
 
 from __future__ import annotations
 
@@ -90,6 +90,31 @@ def _migrations(first_bucket: int, no_pad: str) -> list[tuple[int, str, list[str
                 # InnoDB cannot do in place. '' means "not claimed yet".
                 "UPDATE buffer_rows SET batch_id = '' WHERE batch_id IS NULL",
                 "ALTER TABLE buffer_rows MODIFY batch_id CHAR(32) CHARACTER SET ascii NOT NULL DEFAULT ''",
+            ],
+        ),
+        (
+            4,
+            "replay protection by per-partition high-water offsets instead of a per-record ledger",
+            [
+                f"""CREATE TABLE partition_offsets (
+                  src_topic {identifier.replace("VARCHAR(191)", "VARCHAR(249)")},
+                  src_partition INT NOT NULL,
+                  high_water BIGINT NOT NULL COMMENT 'highest offset applied or dead-lettered: at or below is a replay',
+                  ledger_high_water BIGINT NULL COMMENT 'highest offset of the pre-v4 ledger: at or below, applied_positions decides',
+                  PRIMARY KEY (src_topic, src_partition)
+                ) ENGINE=InnoDB""",
+                # pos_key is topic, 0x00, partition (4 bytes) and offset (8 bytes), big-endian.
+                # The ledger's gaps may be records Lambda will still re-deliver (failed ones): the
+                # ledger's rows stay, as applied_positions, to decide those exactly.
+                f"""INSERT INTO partition_offsets (src_topic, src_partition, high_water, ledger_high_water)
+                SELECT t, p, MAX(o), MAX(o) FROM (
+                  SELECT CONVERT(LEFT(pos_key, LENGTH(pos_key) - 13) USING utf8mb4) COLLATE {no_pad} AS t,
+                         CAST(CONV(HEX(SUBSTRING(pos_key, LENGTH(pos_key) - 11, 4)), 16, 10) AS SIGNED) AS p,
+                         CAST(CONV(HEX(RIGHT(pos_key, 8)), 16, 10) AS SIGNED) AS o
+                  FROM ingested_positions) AS ledger
+                GROUP BY t, p""",
+                "RENAME TABLE ingested_positions TO applied_positions",
+                "ALTER TABLE applied_positions DROP COLUMN ingest_marker",
             ],
         ),
     ]

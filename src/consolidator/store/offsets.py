@@ -1,0 +1,147 @@
+"""Replay protection in O(partitions): one high-water offset per (topic, partition).
+
+Guarantees (SEMANTICS section 11):
+- a record at or below its partition's high-water mark is a replay; the mark moves in the
+  same transaction as the rows it covers, so a committed mark never runs ahead of its rows;
+- an ingest locks the marks of its partitions (in key order, so two ingests cannot deadlock
+  on them) before it reads them: two invocations for one partition serialise on its row,
+  and the second sees the first's mark;
+- ``applied_positions`` is the small explicit per-position path: positions applied outside
+  the marks (``dlq redrive``) and the rows of the pre-v4 ledger (for records at or below a
+  partition's ``ledger_high_water``, whose gaps may be records still to be re-delivered).
+  It is partitioned like the buffer, so its months go with the buffer's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from consolidator.store.connection import Connection, _string_quoter
+
+Partition = tuple[str, int]  # (topic, partition)
+
+
+class Mark(NamedTuple):
+    """A partition's replay state. ``-1``: nothing applied yet."""
+
+    high_water: int
+    ledger_high_water: int | None = None  # set by migration 4 only
+
+    def is_replay(self, offset: int) -> bool:
+        """At or below the mark, and not in the range the old ledger still decides."""
+        return offset <= self.high_water and not self.in_ledger_range(offset)
+
+    def in_ledger_range(self, offset: int) -> bool:
+        return self.ledger_high_water is not None and offset <= self.ledger_high_water
+
+
+NO_MARK = Mark(-1)
+
+
+@dataclass(frozen=True)
+class PartitionOffset:
+    topic: str
+    partition: int
+    high_water: int
+    ledger_high_water: int | None
+
+
+def _keys(quote, partitions: Iterable[Partition]) -> str:
+    return ", ".join(f"({quote(topic)},{partition:d})" for topic, partition in sorted(set(partitions)))
+
+
+def lock_marks(cur, partitions: Iterable[Partition]) -> dict[Partition, Mark]:
+    """Create missing mark rows and lock every one of ``partitions`` until the transaction ends.
+    ON DUPLICATE KEY UPDATE takes an exclusive lock on an existing row (a plain INSERT IGNORE
+    would take a shared one, and two ingests upgrading it would deadlock)."""
+    quote = _string_quoter(cur.connection)
+    rows = sorted(set(partitions))
+    if not rows:
+        return {}
+    cur.execute(
+        "INSERT INTO partition_offsets (src_topic, src_partition, high_water) VALUES "
+        + ", ".join(f"({quote(t)},{p:d},-1)" for t, p in rows)
+        + " ON DUPLICATE KEY UPDATE high_water = high_water"
+    )
+    # A plain read after the lock: it starts its snapshot now, so it sees the last committed
+    # mark, and no other transaction can commit a new one while we hold the row.
+    cur.execute(
+        "SELECT src_topic, src_partition, high_water, ledger_high_water FROM partition_offsets"
+        f" WHERE (src_topic, src_partition) IN ({_keys(quote, rows)})"
+    )
+    return {(r["src_topic"], r["src_partition"]): Mark(r["high_water"], r["ledger_high_water"])
+            for r in cur.fetchall()}
+
+
+def advance_marks(cur, marks: dict[Partition, int]) -> None:
+    """Raise the marks of locked partitions (never lowers one)."""
+    if not marks:
+        return
+    quote = _string_quoter(cur.connection)
+    cur.execute(
+        "INSERT INTO partition_offsets (src_topic, src_partition, high_water) VALUES "
+        + ", ".join(f"({quote(t)},{p:d},{o:d})" for (t, p), o in sorted(marks.items()))
+        + " ON DUPLICATE KEY UPDATE high_water = GREATEST(high_water, VALUES(high_water))"
+    )
+
+
+def record_applied(cur, positions: Iterable[tuple[bytes, int]]) -> list[bool]:
+    """Insert (pos_key, bucket) into ``applied_positions``; True for each one new here. One
+    statement per position: this path is for redrives and old-ledger re-deliveries only."""
+    return [
+        bool(cur.execute(
+            f"INSERT IGNORE INTO applied_positions (pos_key, bucket) VALUES (X'{key.hex()}', {bucket:d})"))
+        for key, bucket in positions
+    ]
+
+
+class OffsetStore(Connection):
+    def replay_marks(self, partitions: Iterable[Partition]) -> dict[Partition, Mark]:
+        """The committed marks of ``partitions``, without locking (a hint: ingest re-reads them
+        under lock). Partitions never seen are absent."""
+        rows = sorted(set(partitions))
+        if not rows:
+            return {}
+        with self.transaction() as cur:
+            cur.execute(
+                "SELECT src_topic, src_partition, high_water, ledger_high_water FROM partition_offsets"
+                f" WHERE (src_topic, src_partition) IN ({_keys(_string_quoter(cur.connection), rows)})"
+            )
+            return {(r["src_topic"], r["src_partition"]): Mark(r["high_water"], r["ledger_high_water"])
+                    for r in cur.fetchall()}
+
+    def partition_offsets(self, topic: str | None = None) -> list[PartitionOffset]:
+        where, args = ("WHERE src_topic = %s", (topic,)) if topic is not None else ("", ())
+        with self.transaction() as cur:
+            cur.execute(
+                "SELECT src_topic, src_partition, high_water, ledger_high_water FROM partition_offsets"
+                f" {where} ORDER BY src_topic, src_partition", args)
+            return [PartitionOffset(r["src_topic"], r["src_partition"], r["high_water"], r["ledger_high_water"])
+                    for r in cur.fetchall()]
+
+    def reset_offsets(self, topic: str, partition: int | None = None) -> tuple[int, int]:
+        """Forget the replay state of ``topic`` (or one of its partitions): its marks and its
+        applied positions. For a recreated topic, whose offsets start again at 0. Returns
+        (marks deleted, applied positions deleted)."""
+        prefix = topic.encode() + b"\x00"
+        if partition is not None:
+            prefix += partition.to_bytes(4, "big", signed=True)
+        with self.transaction() as cur:
+            marks = cur.execute(
+                "DELETE FROM partition_offsets WHERE src_topic = %s"
+                + ("" if partition is None else " AND src_partition = %s"),
+                (topic,) if partition is None else (topic, partition),
+            )
+            positions = cur.execute(
+                "DELETE FROM applied_positions WHERE LEFT(pos_key, %s) = %s", (len(prefix), prefix))
+        return marks, positions
+
+    def replay_state_rows(self) -> dict[str, int]:
+        """Rows that replay protection keeps: marks and explicit applied positions."""
+        with self.transaction() as cur:
+            cur.execute("SELECT (SELECT COUNT(*) FROM partition_offsets) AS marks,"
+                        " (SELECT COUNT(*) FROM applied_positions) AS applied_positions")
+            row = cur.fetchone()
+            return {"marks": int(row["marks"]), "applied_positions": int(row["applied_positions"])}

@@ -1,0 +1,52 @@
+"""bench/capacity.py derives the capacity model from benchmark JSON, not from typed numbers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_capacity():
+    spec = importlib.util.spec_from_file_location("capacity_under_test", ROOT / "bench" / "capacity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+INGEST = {"server_cpu_us_per_record": 20.0, "load_data_server_cpu_us_per_record": 15.0,
+          "server_thread_cpu_us_per_record": 18.0, "client_cpu_us_per_record": 12.5,
+          "service_records_per_s": 30_000, "ratio_vs_load_data": 0.5, "buffer_bytes_per_row": 400,
+          "replay_state_rows": 6, "decode_us_per_record": 1.0, "decode_exact_us_per_record": 2.0}
+FLUSH = {"server_cpu_us_per_row": 30.0, "sql_floor_server_cpu_us_per_row": 25.0, "server_thread_cpu_us_per_row": 28.0,
+         "client_cpu_us_per_row": 10.0, "file_rows_per_s": 20_000, "file_batches_per_s": 40.0,
+         "kafka_rows_per_s": 16_000, "kafka_batches_per_s": 32.0, "ratio_vs_sql_floor": 0.8, "max_batch_size": 500}
+
+
+def test_model_follows_the_measured_figures():
+    capacity = load_capacity()
+    m = capacity.model([INGEST, {**INGEST, "server_cpu_us_per_record": 30.0}, {**INGEST, "server_cpu_us_per_record": 40.0}],
+                       [FLUSH])
+    assert m["server_cpu_us_per_record"] == 30.0  # the median of the runs
+    assert m["ingest_events_per_vcpu_s"] == 1e6 / 30
+    assert m["both_events_per_vcpu_s"] == 1e6 / 60
+    assert m["poller_cpu_records_per_s"] == 80_000
+    assert m["flusher_ceiling_rows_per_s"] == 16_000  # the slower sink bounds the single flusher
+    assert m["switch_rate_events_per_s"] == 16_000 * capacity.HEADROOM
+    budget = capacity.BUFFER_POOL_GIB * 2**30 * capacity.BUFFER_POOL_SHARE / 400
+    assert m["switch_rate_by_state_events_per_s"] == budget / capacity.HARD_WINDOW_S
+    shared = capacity.model([INGEST], [FLUSH], "thread")  # a shared server: the connection's thread
+    assert shared["both_events_per_vcpu_s"] == 1e6 / (18 + 28)
+    assert shared["flusher_ceiling_rows_per_s"] == 1e6 / (10 + 28)  # the flusher's CPU + the server's
+
+
+def test_rendered_page_lists_its_sources_and_missing_figures_as_na(tmp_path):
+    capacity = load_capacity()
+    (tmp_path / "i.json").write_text("noise line\n" + json.dumps({**INGEST, "server_cpu_us_per_record": None}))
+    runs = capacity._load([tmp_path / "i.json"])
+    page = capacity.render(runs, [FLUSH], ["bench/results/ingest-1.json"])
+    assert "`bench/results/ingest-1.json`" in page
+    assert "| events/s one Aurora writer vCPU can ingest | n/a |" in page
+    assert "| **the single flusher's ceiling used below** (measured, the slower sink) | **16,000 rows/s** |" in page
