@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from consolidator.store.batches import BatchStore, ClaimedBatch
 from consolidator.store.buffer import BufferStore, IngestCounts
+from consolidator.store.completion import CompletionStore
 from consolidator.store.connection import ConnectionParams, recreate_database
 from consolidator.store.partitions import (
     BUFFER_TABLES,
@@ -21,5 +22,5 @@ __all__ = [
 ]
 
 
-class MySQLStore(SchemaStore, BufferStore, BatchStore, PartitionStore):
+class MySQLStore(SchemaStore, BufferStore, BatchStore, PartitionStore, CompletionStore):
     """One connection, used by one thread at a time. Reconnects after the server went away."""
