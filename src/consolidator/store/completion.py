@@ -94,17 +94,18 @@ class CompletionStore(Connection):
         alone. Returns how many were new."""
         if not batches:
             return 0
-        rows = [
-            (b.batch_id, b.group_key, len(b.item_ids), empty_bitmap(len(b.item_ids)),
-             orjson.dumps(b.item_ids).decode(), now_ms)
-            for b in batches
-        ]
+        rows = [(b.batch_id, b.group_key, len(b.item_ids), empty_bitmap(len(b.item_ids)), now_ms) for b in batches]
         with self.transaction() as cur:
             changed = cur.execute(
-                "INSERT INTO completion_trackers (batch_id, group_key, member_count, acked_bits, item_ids,"
-                f" sealed_at_ms) VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * len(rows))}"
+                "INSERT INTO completion_trackers (batch_id, group_key, member_count, acked_bits, sealed_at_ms)"
+                f" VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * len(rows))}"
                 " ON DUPLICATE KEY UPDATE batch_id = batch_id",
                 tuple(v for row in rows for v in row),
+            )
+            cur.execute(
+                f"INSERT INTO completion_items (batch_id, item_ids) VALUES {', '.join(['(%s, %s)'] * len(rows))}"
+                " ON DUPLICATE KEY UPDATE batch_id = batch_id",
+                tuple(v for b in batches for v in (b.batch_id, orjson.dumps(b.item_ids).decode())),
             )
         return int(changed)
 
@@ -127,7 +128,7 @@ class CompletionStore(Connection):
             wanted = [b for b in by_item if b in rows]
             if wanted:
                 cur.execute(
-                    f"SELECT batch_id, item_ids FROM completion_trackers WHERE batch_id IN ({_marks(len(wanted))})",
+                    f"SELECT batch_id, item_ids FROM completion_items WHERE batch_id IN ({_marks(len(wanted))})",
                     tuple(wanted),
                 )
                 for r in cur.fetchall():
@@ -287,5 +288,6 @@ class CompletionStore(Connection):
                     removed += cur.execute(
                         f"DELETE FROM completion_trackers WHERE batch_id IN ({_marks(len(ids))})", tuple(ids)
                     )
+                    cur.execute(f"DELETE FROM completion_items WHERE batch_id IN ({_marks(len(ids))})", tuple(ids))
             if len(ids) < chunk:
                 return removed
