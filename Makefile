@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh Debian machine: `make demo` and `make test`.
 PY := .venv/bin/python
 
-.PHONY: setup test demo bench bench-ingest bench-flush bench-replay synth lint
+.PHONY: setup test demo bench bench-ingest bench-flush bench-replay bench-acks synth lint
 
 setup:
 	@bash scripts/setup.sh
@@ -12,7 +12,7 @@ test: setup
 demo: setup
 	.venv/bin/consolidator demo
 
-bench: bench-ingest bench-flush bench-replay
+bench: bench-ingest bench-flush bench-replay bench-acks
 
 bench-ingest: setup
 	$(PY) bench/bench_ingest.py
@@ -22,6 +22,9 @@ bench-flush: setup
 
 bench-replay: setup
 	$(PY) bench/bench_replay.py
+
+bench-acks: setup
+	$(PY) bench/bench_acks.py
 
 synth: setup
 	$(PY) infra/bundle.py
