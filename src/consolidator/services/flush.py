@@ -249,7 +249,7 @@ class FlushService:
                                     value=max(0, published_at - oldest))
 
     def _seal(self, pending: list[_Pending]) -> bool:
-        """Completion tracking: seal the batches (idempotent, one statement) before they are
+        """Completion tracking: seal the batches (idempotent, one transaction) before they are
         published, so no tracked message leaves unsealed. False: not sealed, not published;
         the batches stay CLAIMED for the next tick."""
         try:

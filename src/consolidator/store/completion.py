@@ -90,8 +90,8 @@ def _marks(n: int) -> str:
 
 class CompletionStore(Connection):
     def seal(self, batches: Sequence[SealedBatch], now_ms: int) -> int:
-        """Create the trackers of ``batches`` (one multi-row statement); existing ones are left
-        alone. Returns how many were new."""
+        """Create the trackers of ``batches`` and their item ids (one multi-row statement each,
+        one transaction); existing ones are left alone. Returns how many were new."""
         if not batches:
             return 0
         rows = [(b.batch_id, b.group_key, len(b.item_ids), empty_bitmap(len(b.item_ids)), now_ms) for b in batches]
