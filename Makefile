@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh Debian machine: `make demo` and `make test`.
 PY := .venv/bin/python
 
-.PHONY: setup test demo bench bench-ingest bench-flush bench-replay capacity synth lint chaos
+.PHONY: setup test demo bench bench-ingest bench-flush bench-replay bench-acks capacity synth lint chaos
 
 setup:
 	@bash scripts/setup.sh
@@ -12,7 +12,7 @@ test: setup
 demo: setup
 	.venv/bin/consolidator demo
 
-bench: bench-ingest bench-flush bench-replay
+bench: bench-ingest bench-flush bench-replay bench-acks
 
 bench-ingest: setup
 	$(PY) bench/bench_ingest.py $(BENCH_ARGS)
@@ -30,6 +30,9 @@ SERVER_CPU ?= process
 capacity: setup
 	$(PY) bench/capacity.py --server-cpu $(SERVER_CPU) --ingest bench/results/ingest-*.json \
 	  --flush bench/results/flush-*.json > docs/capacity.md
+
+bench-acks: setup
+	$(PY) bench/bench_acks.py
 
 synth: setup
 	$(PY) infra/bundle.py

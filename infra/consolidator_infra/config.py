@@ -214,6 +214,28 @@ class AlarmConfig(_Model):
         95, gt=0, le=100, description="Aurora ACUUtilization: capacity used, in percent of max_capacity")
 
 
+class CompletionConfig(_Model):
+    """Batch completion tracking (issue 12): the flush seals batches, downstream sends acks to an
+    SQS queue, the acks function applies them and publishes completions to ``sink``."""
+
+    sink: SinkConfig = Field(description="where completion messages go (any sink kind)")
+    deadline_seconds: int = Field(3600, ge=60, description="a sent batch not complete after this is overdue")
+    lease_seconds: int = Field(60, ge=10, le=3600, description="re-publish a completion not confirmed after this")
+    max_age_days: int = Field(7, ge=1, le=365, description="trackers never completed after this are removed")
+    batch_size: int = Field(100, ge=1, le=10_000, description="acks per invocation (SQS event source)")
+    max_batching_window_seconds: int = Field(1, ge=0, le=300)
+    max_receive_count: int = Field(5, ge=1, le=1000, description="deliveries of a refused ack before its DLQ")
+    timeout_seconds: int = Field(30, ge=5, le=900)
+    memory_mb: int = Field(256, ge=128, le=10_240)
+    sweep_minutes: int = Field(5, ge=1, le=60, description="how often pending completions and overdue batches are checked")
+
+    @model_validator(mode="after")
+    def _batching(self) -> Self:
+        if self.batch_size > 10 and self.max_batching_window_seconds < 1:
+            raise ValueError("batch_size above 10 needs max_batching_window_seconds >= 1 (SQS event source rule)")
+        return self
+
+
 class EnvironmentConfig(_Model):
     """Everything one deployment (dev, staging, prod, ...) needs."""
 
@@ -230,6 +252,7 @@ class EnvironmentConfig(_Model):
     functions: FunctionsConfig = FunctionsConfig()
     alarms: AlarmConfig
     spark: bool = Field(False, description="also deploy the EMR Serverless Spark application")
+    completion: CompletionConfig | None = Field(None, description="batch completion tracking; None: off")
     tags: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -251,14 +274,18 @@ class EnvironmentConfig(_Model):
 
     def sink_url(self) -> str:
         """The CONSOLIDATOR_SINK_URL for the flush function."""
-        sink = self.sink
-        if isinstance(sink, KafkaSinkConfig):
-            return f"kafka://{sink.bootstrap_servers}/{sink.topic}?auth=iam&region={self.region}"
-        if isinstance(sink, SqsSinkConfig):
-            _, _, _, region, account, name = sink.queue_arn.split(":", 5)
-            return f"sqs://sqs.{region}.amazonaws.com/{account}/{name}"
-        bus = sink.event_bus_arn.split(":event-bus/", 1)[1]
-        return f"events://{bus}?source={quote(sink.source)}"
+        return sink_url_of(self.sink, self.region)
+
+
+def sink_url_of(sink: KafkaSinkConfig | SqsSinkConfig | EventBridgeSinkConfig, region: str) -> str:
+    """The sink URL (``consolidator.sinks.sink_from_url``) of a configured destination."""
+    if isinstance(sink, KafkaSinkConfig):
+        return f"kafka://{sink.bootstrap_servers}/{sink.topic}?auth=iam&region={region}"
+    if isinstance(sink, SqsSinkConfig):
+        _, _, _, queue_region, account, name = sink.queue_arn.split(":", 5)
+        return f"sqs://sqs.{queue_region}.amazonaws.com/{account}/{name}"
+    bus = sink.event_bus_arn.split(":event-bus/", 1)[1]
+    return f"events://{bus}?source={quote(sink.source)}"
 
 
 def load_environment(name: str, directory: Path = ENVIRONMENTS_DIR) -> EnvironmentConfig:

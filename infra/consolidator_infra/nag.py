@@ -49,6 +49,10 @@ def suppress_findings(stack: ConsolidatorStack) -> None:
         NagSuppressions.add_resource_suppressions(function, [PINNED_RUNTIME])
     for queue in (stack.dead_letters.queue, stack.dead_letters.ingest_failures):
         NagSuppressions.add_resource_suppressions(queue, [TERMINAL_QUEUE])
+    if stack.completion is not None:  # batch completion tracking: the acks function and its DLQ
+        NagSuppressions.add_resource_suppressions(stack.acks.role, [MANAGED_EXECUTION_POLICIES, XRAY], apply_to_children=True)
+        NagSuppressions.add_resource_suppressions(stack.acks, [PINNED_RUNTIME])
+        NagSuppressions.add_resource_suppressions(stack.completion.dead_letter, [TERMINAL_QUEUE])
 
     database = [
         NagPackSuppression(

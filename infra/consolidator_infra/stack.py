@@ -10,11 +10,14 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from consolidator_infra.cache import Cache
+from consolidator_infra.completion import CompletionTracking
 from consolidator_infra.config import (
     EnvironmentConfig,
     EventBridgeSinkConfig,
     KafkaSinkConfig,
+    SinkConfig,
     SqsSinkConfig,
+    sink_url_of,
 )
 from consolidator_infra.database import Database
 from consolidator_infra.dead_letter import DeadLetterQueues
@@ -83,6 +86,7 @@ class ConsolidatorStack(Stack):
                 f"{P}MAX_ATTEMPTS": str(policy.max_attempts),
                 f"{P}MAX_ROWS_PER_TICK": str(policy.max_rows_per_tick),
                 f"{P}LOCK_TTL_SECONDS": str(fn.flush_timeout_seconds),
+                **({f"{P}COMPLETION_TRACKING": "true"} if config.completion else {}),
             },
         )
         partitions = {
@@ -93,7 +97,8 @@ class ConsolidatorStack(Stack):
             "cleanup", description="Monthly partitions: create ahead, drop old fully sent ones",
             timeout=Duration.seconds(fn.cleanup_timeout_seconds), memory_mb=256,
             security_group=net.function_group("Cleanup", database=True, cache=False, kafka_cidr=None),
-            environment=partitions,
+            environment={**partitions, **({f"{P}COMPLETION_MAX_AGE_SECONDS": str(config.completion.max_age_days * 86_400)}
+                                          if config.completion else {})},
         )
         self.migrate = self.functions.build(
             "migrate", description="Applies schema migrations on deploy (CDK trigger)",
@@ -131,26 +136,51 @@ class ConsolidatorStack(Stack):
                 cluster=self.database.cluster, cache=self.cache.group,
             ),
         )
+        self.completion = self._completion() if config.completion else None
         self.spark = self._spark() if config.spark else None
         suppress_findings(self)
 
-    def _grant_sink(self, function: lambda_.Function) -> None:
-        sink = self.config.sink
+    def _completion(self) -> CompletionTracking:
+        """Completion tracking: the acks function (same factory as the others) and its wiring."""
+        completion = self.config.completion
+        sink_cidr = (self.config.msk.broker_cidr or self.config.network.vpc_cidr) \
+            if isinstance(completion.sink, KafkaSinkConfig) else None
+        self.acks = self.functions.build(
+            "acks", description="Member acks from SQS -> completion trackers; completion messages",
+            timeout=Duration.seconds(completion.timeout_seconds), memory_mb=completion.memory_mb,
+            security_group=self.network.function_group("Acks", database=True, cache=False, kafka_cidr=sink_cidr),
+            environment={
+                f"{P}COMPLETION_SINK_URL": sink_url_of(completion.sink, self.config.region),
+                f"{P}COMPLETION_DEADLINE_SECONDS": str(completion.deadline_seconds),
+                f"{P}COMPLETION_LEASE_SECONDS": str(completion.lease_seconds),
+            },
+        )
+        self.database.secret.grant_read(self.acks)
+        self._grant_sink(self.acks, completion.sink, sid="PublishCompletions")
+        return CompletionTracking(
+            self, "Completion", config=completion, function=self.acks, alarms=self.config.alarms,
+            topic=self.monitoring.topic,
+            removal_policy=RemovalPolicy.RETAIN if self.config.removal_policy == "retain" else RemovalPolicy.DESTROY,
+        )
+
+    def _grant_sink(self, function: lambda_.Function, sink: SinkConfig | None = None,
+                    sid: str = "PublishBatches") -> None:
+        sink = sink or self.config.sink
         if isinstance(sink, KafkaSinkConfig):
             msk = self.config.msk
             function.add_to_role_policy(iam.PolicyStatement(
-                sid="PublishBatches",
+                sid=sid,
                 actions=["kafka-cluster:Connect", "kafka-cluster:WriteDataIdempotently",
                          "kafka-cluster:DescribeTopic", "kafka-cluster:WriteData"],
                 resources=[msk.cluster_arn, msk.topic_arn(sink.topic)],
             ))
         elif isinstance(sink, SqsSinkConfig):
             function.add_to_role_policy(iam.PolicyStatement(
-                sid="PublishBatches", actions=["sqs:SendMessage"], resources=[sink.queue_arn],
+                sid=sid, actions=["sqs:SendMessage"], resources=[sink.queue_arn],
             ))
         elif isinstance(sink, EventBridgeSinkConfig):
             function.add_to_role_policy(iam.PolicyStatement(
-                sid="PublishBatches", actions=["events:PutEvents"], resources=[sink.event_bus_arn],
+                sid=sid, actions=["events:PutEvents"], resources=[sink.event_bus_arn],
             ))
 
     def _spark(self):

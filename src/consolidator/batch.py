@@ -56,10 +56,13 @@ def iso_ms(epoch_ms: int) -> str:
 
 
 def build_message(
-    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int
+    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
+    *, tracked: bool = False,
 ) -> dict:
     """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
-    position's items count; quantities are summed per sku across items."""
+    position's items count; quantities are summed per sku across items. ``tracked``: the
+    batch is sealed for completion tracking; the message says so and each ``members`` entry
+    carries its item id (member i = i-th entry, what acks name by index)."""
     if not members:
         raise ValueError("a batch needs at least one member")
     newest_per_item: dict[str, Member] = {}
@@ -72,7 +75,7 @@ def build_message(
         for sku, quantity in member.items:
             quantities[sku] = quantities.get(sku, 0) + quantity
     positions = sorted(m.position for m in members)
-    return {
+    message = {
         "schema_version": SCHEMA_VERSION,
         "batch_id": batch_id(group_key, positions),
         "group_key": group_key,
@@ -86,6 +89,11 @@ def build_message(
         "flushed_at": iso_ms(flushed_at_ms),
         "members": [p.as_dict() for p in positions],
     }
+    if tracked:
+        item_of = {m.position: m.item_id for m in members}
+        message["completion_tracking"] = True
+        message["members"] = [{**p.as_dict(), "item_id": item_of[p]} for p in positions]
+    return message
 
 
 def encode(message: dict) -> bytes:

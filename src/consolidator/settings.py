@@ -121,6 +121,11 @@ class FlushSettings(_Policy, _DeadLetter, _Fields, _Base):
                     "Default: the sink's per-message limit. Must not exceed that limit.",
     )
 
+    # Batch completion tracking (issue 12)
+    completion_tracking: bool = Field(
+        False, description="seal each batch before its first publish so downstream can acknowledge its members"
+    )
+
     @field_validator("sink_url")
     @classmethod
     def _sink_scheme(cls, url: str) -> str:
@@ -141,6 +146,35 @@ class CleanupSettings(_Base):
 
     retention_months: int = Field(3, ge=1)
     partitions_ahead: int = Field(3, ge=1)
+
+    # Batch completion tracking (issue 12)
+    completion_max_age_seconds: float = Field(
+        7 * 86_400, gt=0, description="trackers never completed after this long are removed (orphans)"
+    )
+
+
+class CompletionSettings(_Base):
+    """What reading completion trackers needs (``consolidator batch list``)."""
+
+    completion_deadline_seconds: float = Field(
+        3600, gt=0, description="a sent batch not complete after this long is overdue (IncompleteBatches)"
+    )
+
+
+class AckSettings(CompletionSettings):
+    """What the acks function (and ``consolidator batch ack``) needs."""
+
+    completion_sink_url: str = Field(
+        description="kafka://, sqs://, events:// or file:// destination of completion messages"
+    )
+    completion_lease_seconds: float = Field(
+        60, gt=0, description="a completion not confirmed after this long is re-published (same id)"
+    )
+
+    @field_validator("completion_sink_url")
+    @classmethod
+    def _completion_sink_scheme(cls, url: str) -> str:
+        return _check_scheme(url, SINK_SCHEMES)
 
 
 S = TypeVar("S", bound=BaseSettings)

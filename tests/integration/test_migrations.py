@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from support import T0, record, sql
 
-from consolidator.events import FieldNames, decode
+from consolidator.events import FieldNames, bucket_of, decode
 from consolidator.policy import FlushReason
 from consolidator.store import schema
 from consolidator.store.mysql import ConnectionParams, MySQLStore
@@ -24,7 +24,7 @@ def test_upgrade_from_version_1_keeps_rows_and_they_flush(database_url, monkeypa
         (events[0].position.sort_key(), events[0].bucket))
 
     monkeypatch.setattr(schema, "_migrations", every)
-    assert store.migrate(T0)[:3] == [2, 3, 4]
+    assert store.migrate(T0) == [v for v, _, _ in every(bucket_of(T0), "utf8mb4_bin")][1:]  # every later one
     assert store.migrate(T0) == []
     assert sql(store, "SELECT item_id, batch_id FROM buffer_rows") == [{"item_id": "A", "batch_id": ""}]
     assert store.ingest(events, T0).replayed == 1  # the ledger's position stays a no-op

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from consolidator.cli import demo, flush, status  # noqa: F401 (they register their commands)
 from consolidator.cli.base import app
+from consolidator.cli.batch import batch_app
 from consolidator.cli.db import db_app
 from consolidator.cli.dlq import dlq_app
 from consolidator.cli.offsets import offsets_app
 from consolidator.cli.partitions import partitions_app
 
+app.add_typer(batch_app, name="batch")
 app.add_typer(db_app, name="db")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(offsets_app, name="offsets")

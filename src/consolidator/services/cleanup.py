@@ -8,10 +8,15 @@ Guarantees:
   a table write lock by the store), so a drop never loses an unsent row;
 - a refused drop is reported with the number of unsent rows that blocked it;
 - idempotent: a second run at the same time creates and drops nothing.
+- completion trackers (when ``completion_max_age_ms`` is set): those whose completion was
+  published go with the partitions (sealed before the first month kept); those of DEAD
+  batches, and those never completed within ``completion_max_age_ms``, are removed; each
+  count is reported.
 """
 
 from __future__ import annotations
 
+import calendar
 from dataclasses import asdict, dataclass, field
 
 from consolidator.clock import Clock
@@ -34,6 +39,7 @@ class CleanupReport:
     created: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     refused: list[RefusedDrop] = field(default_factory=list)
+    trackers_removed: dict[str, int] = field(default_factory=dict)  # finished, dead, orphaned
 
     @property
     def changed(self) -> bool:
@@ -55,6 +61,7 @@ class CleanupService:
     retention_months: int = 3
     partitions_ahead: int = 3
     metrics: MetricsRecorder = field(default_factory=NoMetrics)
+    completion_max_age_ms: int | None = None  # None: leave completion trackers alone
 
     def __post_init__(self) -> None:
         if self.retention_months < 1 or self.partitions_ahead < 1:
@@ -90,9 +97,25 @@ class CleanupService:
                 report.dropped.append(partition.name)
         return report
 
+    def remove_trackers(self, report: CleanupReport | None = None) -> CleanupReport:
+        """Remove finished, DEAD and orphaned completion trackers (see the module docstring)."""
+        report = report or self.plan()
+        if self.completion_max_age_ms is None:
+            return report
+        keep_from_ms = calendar.timegm((report.keep_from // 100, report.keep_from % 100, 1, 0, 0, 0)) * 1000
+        report.trackers_removed = {
+            "finished": self.store.delete_trackers("finished", keep_from_ms),
+            "dead": self.store.delete_trackers("dead", 0),
+            "orphaned": self.store.delete_trackers("orphaned", self.clock.now_ms() - self.completion_max_age_ms),
+        }
+        return report
+
     def run(self) -> CleanupReport:
         """Ensure future partitions first (so the current month always has one), then drop."""
-        report = self.drop_expired(self.ensure())
+        report = self.remove_trackers(self.drop_expired(self.ensure()))
+        if report.trackers_removed:
+            self.metrics.add_metric(name="OrphanedTrackersRemoved", unit="Count",
+                                    value=report.trackers_removed["orphaned"])
         for name, value in (
             ("PartitionsCreated", len(report.created)),
             ("PartitionsDropped", len(report.dropped)),
@@ -114,4 +137,5 @@ def build_cleanup_service(settings, metrics: MetricsRecorder | None = None, cloc
         retention_months=settings.retention_months,
         partitions_ahead=settings.partitions_ahead,
         metrics=metrics or NoMetrics(),
+        completion_max_age_ms=round(settings.completion_max_age_seconds * 1000),
     )

@@ -30,6 +30,7 @@ from consolidator.lock import RedisLock
 from consolidator.policy import FlushReason, GroupStats, Policy, due_groups, due_reason
 from consolidator.services.ingest import MetricsRecorder, NoMetrics
 from consolidator.sinks import OutgoingBatch, Sink
+from consolidator.store.completion import SealedBatch
 from consolidator.store.mysql import ClaimedBatch, MySQLStore
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class _Pending:
     batch: ClaimedBatch
     attempt: int
     body: bytes
+    seal: SealedBatch | None = None  # completion tracking on: what the seal records
 
 
 @dataclass
@@ -81,6 +83,7 @@ class FlushService:
     lock: RedisLock | None = None
     publish_chunk: int = 20  # batches handed to the sink per call
     safety_margin_ms: int = 5_000  # no new claim when less time than this remains
+    completion_tracking: bool = False  # seal batches before their first publish (issue 12)
 
     # -- the policy, read only ---------------------------------------------------------------
 
@@ -213,11 +216,15 @@ class FlushService:
             if batch.batch_id not in failed_before:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
-            message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms)
+            message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
+                                    tracked=self.completion_tracking)
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
-            pending.append(_Pending(batch, failed_before[batch.batch_id] + 1, encode(message)))
+            pending.append(_Pending(batch, failed_before[batch.batch_id] + 1, encode(message),
+                                    SealedBatch.of_message(message) if self.completion_tracking else None))
         if not pending:
+            return
+        if self.completion_tracking and not self._seal(pending):
             return
         errors = self.sink.publish([OutgoingBatch(p.batch.batch_id, p.batch.group_key, p.body)
                                     for p in pending])
@@ -251,6 +258,18 @@ class FlushService:
             oldest = min(m.first_seen_ms for m in batch.members)
             self.metrics.add_metric(name="EventToPublishLatency", unit="Milliseconds",
                                     value=max(0, published_at - oldest))
+
+    def _seal(self, pending: list[_Pending]) -> bool:
+        """Completion tracking: seal the batches (idempotent, one transaction) before they are
+        published, so no tracked message leaves unsealed. False: not sealed, not published;
+        the batches stay CLAIMED for the next tick."""
+        try:
+            self.store.seal([p.seal for p in pending], self.clock.now_ms())
+        except StoreError as error:
+            log.warning("batches not sealed; not published this tick",
+                        extra={"batch_ids": [p.batch.batch_id for p in pending], "error": str(error)})
+            return False
+        return True
 
     def _failed(self, item: _Pending, error: str, report: TickReport) -> None:
         batch = item.batch
@@ -344,5 +363,6 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
         metrics=metrics or NoMetrics(),
         lock=RedisLock.from_url(settings.redis_url, ttl_ms=round(settings.lock_ttl_seconds * 1000),
                                 password=secret_string(arn) if (arn := settings.redis_auth_secret_arn) else None),
+        completion_tracking=settings.completion_tracking,
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from consolidator.store.batches import BatchStore, ClaimedBatch
 from consolidator.store.buffer import BufferStore, IngestCounts
+from consolidator.store.completion import CompletionStore
 from consolidator.store.connection import ConnectionParams, recreate_database
 from consolidator.store.offsets import Mark, OffsetStore, PartitionOffset
 from consolidator.store.partitions import (
@@ -22,5 +23,5 @@ __all__ = [
 ]
 
 
-class MySQLStore(SchemaStore, BufferStore, OffsetStore, BatchStore, PartitionStore):
+class MySQLStore(SchemaStore, BufferStore, OffsetStore, BatchStore, PartitionStore, CompletionStore):
     """One connection, used by one thread at a time. Reconnects after the server went away."""

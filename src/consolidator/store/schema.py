@@ -117,6 +117,35 @@ def _migrations(first_bucket: int, no_pad: str) -> list[tuple[int, str, list[str
                 "ALTER TABLE applied_positions DROP COLUMN ingest_marker",
             ],
         ),
+        (
+            6,
+            "batch completion trackers: a bit per member, the completion outbox",
+            [
+                f"""CREATE TABLE completion_trackers (
+                  batch_id CHAR(32) CHARACTER SET ascii NOT NULL PRIMARY KEY,
+                  group_key {identifier},
+                  member_count INT UNSIGNED NOT NULL,
+                  acked_count INT UNSIGNED NOT NULL DEFAULT 0,
+                  acked_bits BLOB NOT NULL COMMENT 'bit i (byte i DIV 8, bit i MOD 8) set = member i acknowledged',
+                  sealed_at_ms BIGINT NOT NULL,
+                  last_ack_ms BIGINT NULL,
+                  completed_at_ms BIGINT NULL COMMENT 'when the last distinct member was acknowledged',
+                  outbox ENUM('NONE','PENDING','PUBLISHED') NOT NULL DEFAULT 'NONE'
+                    COMMENT 'the completion message: not due, due, confirmed by the sink',
+                  outbox_attempt_ms BIGINT NULL COMMENT 'last publish attempt: a lease against double publishing',
+                  published_at_ms BIGINT NULL,
+                  KEY ix_open (completed_at_ms, sealed_at_ms),
+                  KEY ix_outbox (outbox, outbox_attempt_ms)
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
+                # Apart from the trackers: every ack rewrites its tracker row, which stays small
+                # (the item ids of a 500-member batch are kilobytes; read only for acks by item id).
+                """CREATE TABLE completion_items (
+                  batch_id CHAR(32) CHARACTER SET ascii NOT NULL PRIMARY KEY,
+                  item_ids MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+                    COMMENT 'JSON list: the item id of member i'
+                ) ENGINE=InnoDB""",
+            ],
+        ),
     ]
 
 

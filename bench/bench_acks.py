@@ -1,0 +1,146 @@
+"""Ack benchmark: member acks through the ack service into MariaDB.
+
+Default: 100,000 acks = 95,000 distinct members (190 sealed batches of 500) + 5,000 duplicates,
+in random order, applied in chunks of ``--chunk`` acks per service call (one SQS poll of the
+acks function), one member per ack, named by index. Every batch completes: 190 completion
+messages go to a file sink.
+Baseline measured in the same run on the same acks: a bare multi-row INSERT of the acks
+into an append-only log table (no idempotence, no completion), one transaction per chunk.
+Prints figures, then one JSON line with acks_per_s and ratio_vs_insert_floor.
+Not part of the test suite: `make bench-acks` (`--quick` for a 10x smaller run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pymysql
+
+from consolidator.clock import ManualClock
+from consolidator.completion import Ack
+from consolidator.services.acks import AckService
+from consolidator.sinks.file import FileSink
+from consolidator.store.completion import SealedBatch
+from consolidator.store.mysql import ConnectionParams, MySQLStore
+
+T0 = 1_795_000_000_000
+TARGET = 0.5
+
+
+def make_acks(batches: int, members: int, duplicates: int, seed: int = 12) -> tuple[list[SealedBatch], list[Ack]]:
+    sealed = [SealedBatch(f"{b:032x}", f"WH-{b:04d}", tuple(f"O{b:04d}-{i:04d}" for i in range(members)))
+              for b in range(batches)]
+    acks = [Ack(s.batch_id, members=(i,)) for s in sealed for i in range(members)]
+    rng = random.Random(seed)
+    acks += rng.sample(acks, duplicates)
+    rng.shuffle(acks)
+    return sealed, acks
+
+
+def reset(store: MySQLStore, sealed: list[SealedBatch]) -> None:
+    """Fresh trackers and an empty log (set-up, not timed)."""
+    with store.transaction() as cur:
+        cur.execute("DELETE FROM completion_trackers")
+        cur.execute("DELETE FROM completion_items")
+        cur.execute("TRUNCATE TABLE ack_floor")
+    for start in range(0, len(sealed), 50):
+        store.seal(sealed[start:start + 50], T0)
+
+
+def insert_floor(store: MySQLStore, acks: list[Ack], chunk: int) -> float:
+    started = time.perf_counter()
+    for start in range(0, len(acks), chunk):
+        part = acks[start:start + chunk]
+        with store.transaction() as cur:
+            cur.execute(
+                "INSERT INTO ack_floor (batch_id, member_index, acked_at_ms) VALUES "
+                + ", ".join(["(%s, %s, %s)"] * len(part)),
+                tuple(v for a in part for v in (a.batch_id, a.members[0], T0)),
+            )
+    return time.perf_counter() - started
+
+
+def through_service(store: MySQLStore, acks: list[Ack], chunk: int, out: Path) -> tuple[float, int]:
+    service = AckService(store, FileSink(out), ManualClock(T0 + 1000))
+    started = time.perf_counter()
+    applied = 0
+    for start in range(0, len(acks), chunk):
+        applied += sum(r.newly_acked for r in service.ack(acks[start:start + chunk]))
+    return time.perf_counter() - started, applied
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, default=190)
+    parser.add_argument("--members", type=int, default=500, help="members per batch")
+    parser.add_argument("--duplicates", type=int, default=5_000)
+    parser.add_argument("--chunk", type=int, default=100, help="acks per service call / per floor INSERT")
+    parser.add_argument("--quick", action="store_true", help="10x smaller")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per variant; the best counts")
+    parser.add_argument("--database-url", default=os.environ.get(
+        "BENCH_DATABASE_URL", "mysql://root:@127.0.0.1:3306/consolidator_bench_acks"))
+    args = parser.parse_args()
+    if args.quick:
+        args.batches, args.duplicates = args.batches // 10, args.duplicates // 10
+
+    params = ConnectionParams.from_url(args.database_url)
+    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
+                         autocommit=True) as admin, admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {params.database}")
+        cur.execute(f"CREATE DATABASE {params.database} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    store = MySQLStore(params)
+    store.migrate(T0)
+    with store.transaction() as cur:
+        cur.execute("CREATE TABLE ack_floor (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+                    " batch_id CHAR(32) CHARACTER SET ascii NOT NULL, member_index INT UNSIGNED NOT NULL,"
+                    " acked_at_ms BIGINT NOT NULL) ENGINE=InnoDB")
+    sealed, acks = make_acks(args.batches, args.members, args.duplicates)
+    distinct = args.batches * args.members
+
+    best: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        for run in range(args.repeat):
+            for name in ("insert_floor", "ack_service"):
+                reset(store, sealed)
+                if name == "insert_floor":
+                    seconds = insert_floor(store, acks, args.chunk)
+                else:
+                    out = Path(tmp_name) / f"completions-{run}.jsonl"
+                    seconds, applied = through_service(store, acks, args.chunk, out)
+                    completions = sum(1 for _ in out.open())
+                    with store.transaction() as cur:
+                        cur.execute("SELECT COUNT(*) AS n FROM completion_trackers WHERE outbox = 'PUBLISHED'"
+                                    " AND acked_count = member_count")
+                        complete = cur.fetchone()["n"]
+                    if (applied, completions, complete) != (distinct, args.batches, args.batches):
+                        raise SystemExit(f"wrong outcome: {applied} applied of {distinct}, {completions} "
+                                         f"completions and {complete} complete trackers of {args.batches}")
+                print(f"{name:>12} run {run + 1}: {len(acks)} acks in {seconds:6.2f} s"
+                      f" = {len(acks) / seconds:>8.0f} acks/s", file=sys.stderr)
+                best[name] = min(seconds, best.get(name, seconds))
+    store.close()
+    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
+                         autocommit=True) as admin, admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {params.database}")
+    rate = {name: len(acks) / seconds for name, seconds in best.items()}
+    figures = {
+        "acks": len(acks), "distinct_members": distinct, "duplicates": args.duplicates,
+        "batches": args.batches, "members_per_batch": args.members, "chunk": args.chunk,
+        "insert_floor_acks_per_s": round(rate["insert_floor"]),
+        "acks_per_s": round(rate["ack_service"]),
+        "ratio_vs_insert_floor": round(rate["ack_service"] / rate["insert_floor"], 3),
+        "target_ratio_vs_insert_floor": TARGET,
+    }
+    figures["meets_target"] = figures["ratio_vs_insert_floor"] >= TARGET
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Acks Lambda: member acks from SQS -> completion trackers (partial batch failures), and on
+its schedule the sweep (re-publish pending completions, count overdue batches).
+
+One SQS record is one ack, one unit of work: Powertools ``BatchProcessor`` reports exactly the
+refused or unparsable acks as batch item failures; SQS retries them (an ack that overtook its
+batch's seal succeeds then) and moves them to the acks dead-letter queue after maxReceiveCount.
+The acks of one invocation are applied in one database transaction, before the per-record pass.
+"""
+
+from functools import cache
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from consolidator.errors import ConsolidatorError
+from consolidator.services.acks import AckService, build_ack_service
+from consolidator.settings import AckSettings, load_settings
+
+logger = Logger(service="consolidator-acks")
+metrics = Metrics(namespace="Consolidator", service="acks")
+tracer = Tracer(service="consolidator-acks")
+copy_config_to_registered_loggers(source_logger=logger)
+
+
+class AckRefused(ConsolidatorError):
+    """The ack was refused (the message names the reason); SQS retries it, then dead-letters it."""
+
+
+@cache
+def service() -> AckService:
+    """Built on the first invocation (settings validated then), reused while the container lives."""
+    return build_ack_service(load_settings(AckSettings), metrics)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict, context) -> dict:
+    if event.get("source") == "aws.events":  # the schedule
+        return service().sweep().as_dict()
+    outcome = service().handle_bodies({r["messageId"]: r["body"] for r in event.get("Records", [])})
+
+    def record_handler(record: SQSRecord) -> None:
+        if reason := outcome[record.message_id]:
+            raise AckRefused(reason)
+
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor,
+                                    context=context)

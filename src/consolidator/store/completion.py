@@ -1,0 +1,293 @@
+"""Completion trackers: a batch sealed with N members, a bit per member, one completion outbox row.
+
+Guarantees:
+- ``seal`` is idempotent (re-sealing an existing batch changes nothing), so a re-publish may
+  seal again;
+- ``apply_acks`` locks the trackers it changes (``FOR UPDATE``, in batch id order) and sets
+  bits; a bit already set changes nothing; "is it complete?" is ``acked_count =
+  member_count``, O(1);
+- exactly one ``apply_acks`` call sees a tracker reach its last member: that call moves the
+  outbox from NONE to PENDING and gets the completion to publish (``AckResult.completed``);
+- a PENDING completion whose publisher died is handed out again by ``lease_completions``
+  once its lease expired (at least once across crashes, same stored fields).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from consolidator.completion import Ack, acked_indexes, empty_bitmap, set_bits
+from consolidator.store.connection import Connection
+
+UNKNOWN_BATCH = "unknown_batch"
+UNKNOWN_MEMBER = "unknown_member"
+UNKNOWN_ITEM = "unknown_item"
+
+
+@dataclass(frozen=True, slots=True)
+class SealedBatch:
+    """What a seal records: the batch and the item id of member i, in message order."""
+
+    batch_id: str
+    group_key: str
+    item_ids: tuple[str, ...]
+
+    @classmethod
+    def of_message(cls, message: dict) -> SealedBatch:
+        """From a batch message built with ``tracked=True`` (any engine): member i is the i-th
+        entry of its ``members``."""
+        return cls(message["batch_id"], message["group_key"], tuple(m["item_id"] for m in message["members"]))
+
+
+@dataclass(frozen=True)
+class Tracker:
+    batch_id: str
+    group_key: str
+    member_count: int
+    acked_count: int
+    sealed_at_ms: int
+    last_ack_ms: int | None
+    completed_at_ms: int | None
+    outbox: str  # NONE | PENDING | PUBLISHED
+    published_at_ms: int | None
+
+    @property
+    def complete(self) -> bool:
+        return self.acked_count >= self.member_count
+
+
+@dataclass
+class AckResult:
+    """What one ack did: members newly set, duplicates, refusals (member, reason)."""
+
+    batch_id: str
+    newly_acked: int = 0
+    duplicates: int = 0
+    refused: list[tuple[int | str | None, str]] = field(default_factory=list)
+    completed: Tracker | None = None  # set on the one ack that completed the batch
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused
+
+
+_TRACKER_COLUMNS = (
+    "batch_id, group_key, member_count, acked_count, sealed_at_ms, last_ack_ms, completed_at_ms,"
+    " outbox, published_at_ms"
+)
+
+
+def _tracker(row: dict) -> Tracker:
+    return Tracker(**{k: row[k] for k in Tracker.__dataclass_fields__})
+
+
+def _marks(n: int) -> str:
+    return ", ".join(["%s"] * n)
+
+
+class CompletionStore(Connection):
+    def seal(self, batches: Sequence[SealedBatch], now_ms: int) -> int:
+        """Create the trackers of ``batches`` and their item ids (one multi-row statement each,
+        one transaction); existing ones are left alone. Returns how many were new."""
+        if not batches:
+            return 0
+        rows = [(b.batch_id, b.group_key, len(b.item_ids), empty_bitmap(len(b.item_ids)), now_ms) for b in batches]
+        with self.transaction() as cur:
+            changed = cur.execute(
+                "INSERT INTO completion_trackers (batch_id, group_key, member_count, acked_bits, sealed_at_ms)"
+                f" VALUES {', '.join(['(%s, %s, %s, %s, %s)'] * len(rows))}"
+                " ON DUPLICATE KEY UPDATE batch_id = batch_id",
+                tuple(v for row in rows for v in row),
+            )
+            cur.execute(
+                f"INSERT INTO completion_items (batch_id, item_ids) VALUES {', '.join(['(%s, %s)'] * len(rows))}"
+                " ON DUPLICATE KEY UPDATE batch_id = batch_id",
+                tuple(v for b in batches for v in (b.batch_id, orjson.dumps(b.item_ids).decode())),
+            )
+        return int(changed)
+
+    def apply_acks(self, acks: Sequence[Ack], now_ms: int) -> list[AckResult]:
+        """Apply ``acks`` in one transaction; one result per ack, in order. Unknown batches,
+        out-of-range indexes and unknown item ids are refused with a reason (never raised)."""
+        if not acks:
+            return []
+        ids = sorted({a.batch_id for a in acks})
+        by_item = sorted({a.batch_id for a in acks if a.item_ids})
+        results = [AckResult(a.batch_id) for a in acks]
+        with self.transaction() as cur:
+            cur.execute(
+                f"SELECT {_TRACKER_COLUMNS}, acked_bits FROM completion_trackers"
+                f" WHERE batch_id IN ({_marks(len(ids))}) ORDER BY batch_id FOR UPDATE",
+                tuple(ids),
+            )
+            rows = {r["batch_id"]: r for r in cur.fetchall()}
+            members_of: dict[str, dict[str, list[int]]] = {}
+            wanted = [b for b in by_item if b in rows]
+            if wanted:
+                cur.execute(
+                    f"SELECT batch_id, item_ids FROM completion_items WHERE batch_id IN ({_marks(len(wanted))})",
+                    tuple(wanted),
+                )
+                for r in cur.fetchall():
+                    index: dict[str, list[int]] = {}
+                    for i, item in enumerate(orjson.loads(r["item_ids"])):
+                        index.setdefault(item, []).append(i)
+                    members_of[r["batch_id"]] = index
+            bits = {b: bytes(r["acked_bits"]) for b, r in rows.items()}
+            counts = {b: int(r["acked_count"]) for b, r in rows.items()}
+            for ack, result in zip(acks, results, strict=True):
+                row = rows.get(ack.batch_id)
+                if row is None:
+                    result.refused.append((None, UNKNOWN_BATCH))
+                    continue
+                size = int(row["member_count"])
+                indexes = []
+                for i in ack.members:
+                    if i < size:
+                        indexes.append(i)
+                    else:
+                        result.refused.append((i, UNKNOWN_MEMBER))
+                for item in ack.item_ids:
+                    found = members_of[ack.batch_id].get(item)
+                    if found:
+                        indexes.extend(found)
+                    else:
+                        result.refused.append((item, UNKNOWN_ITEM))
+                bits[ack.batch_id], newly = set_bits(bits[ack.batch_id], indexes)
+                counts[ack.batch_id] += newly
+                result.newly_acked = newly
+                result.duplicates = len(indexes) - newly
+            changed = [b for b in ids if b in rows and counts[b] != rows[b]["acked_count"]]
+            completed = [b for b in changed
+                         if counts[b] >= rows[b]["member_count"] and rows[b]["outbox"] == "NONE"]
+            if changed:
+                case_bits = " ".join(["WHEN %s THEN %s"] * len(changed))
+                case_count = " ".join(["WHEN %s THEN %s"] * len(changed))
+                done = _marks(len(completed)) if completed else "NULL"
+                cur.execute(
+                    f"UPDATE completion_trackers SET acked_bits = CASE batch_id {case_bits} END,"
+                    f" acked_count = CASE batch_id {case_count} END, last_ack_ms = %s,"
+                    f" completed_at_ms = IF(batch_id IN ({done}), %s, completed_at_ms),"
+                    f" outbox = IF(batch_id IN ({done}), 'PENDING', outbox),"
+                    f" outbox_attempt_ms = IF(batch_id IN ({done}), %s, outbox_attempt_ms)"
+                    f" WHERE batch_id IN ({_marks(len(changed))})",
+                    (*[v for b in changed for v in (b, bits[b])], *[v for b in changed for v in (b, counts[b])],
+                     now_ms, *completed, now_ms, *completed, *completed, now_ms, *changed),
+                )
+        finished = {
+            b: Tracker(**{**{k: rows[b][k] for k in Tracker.__dataclass_fields__},
+                          "acked_count": counts[b], "last_ack_ms": now_ms, "completed_at_ms": now_ms,
+                          "outbox": "PENDING"})
+            for b in completed
+        }
+        for ack, result in zip(acks, results, strict=True):  # the first ack of a batch that set a bit
+            if result.newly_acked and ack.batch_id in finished:
+                result.completed = finished.pop(ack.batch_id)
+        return results
+
+    def tracker(self, batch_id: str) -> Tracker | None:
+        with self.transaction() as cur:
+            cur.execute(f"SELECT {_TRACKER_COLUMNS} FROM completion_trackers WHERE batch_id = %s", (batch_id,))
+            row = cur.fetchone()
+        return None if row is None else _tracker(row)
+
+    def batch_state(self, batch_id: str) -> str | None:
+        """The flush's state of the batch (CLAIMED, SENT, DEAD); None when it has no batch row."""
+        with self.transaction() as cur:
+            cur.execute("SELECT state FROM batches WHERE batch_id = %s", (batch_id,))
+            row = cur.fetchone()
+        return None if row is None else row["state"]
+
+    def acked_members(self, batch_id: str) -> list[int] | None:
+        """Indexes of the acknowledged members (None for an unknown batch)."""
+        with self.transaction() as cur:
+            cur.execute("SELECT member_count, acked_bits FROM completion_trackers WHERE batch_id = %s", (batch_id,))
+            row = cur.fetchone()
+        return None if row is None else acked_indexes(bytes(row["acked_bits"]), int(row["member_count"]))
+
+    def lease_completions(self, now_ms: int, lease_ms: int, limit: int = 100) -> list[Tracker]:
+        """PENDING completions whose last attempt is at least ``lease_ms`` old, leased to the
+        caller (attempt time set to ``now_ms``; a concurrent caller skips them)."""
+        with self.transaction() as cur:
+            cur.execute(
+                f"SELECT {_TRACKER_COLUMNS} FROM completion_trackers WHERE outbox = 'PENDING'"
+                " AND outbox_attempt_ms <= %s ORDER BY outbox_attempt_ms, batch_id LIMIT %s"
+                " FOR UPDATE SKIP LOCKED",
+                (now_ms - lease_ms, limit),
+            )
+            rows = [_tracker(r) for r in cur.fetchall()]
+            if rows:
+                cur.execute(
+                    f"UPDATE completion_trackers SET outbox_attempt_ms = %s WHERE outbox = 'PENDING'"
+                    f" AND batch_id IN ({_marks(len(rows))})",
+                    (now_ms, *[t.batch_id for t in rows]),
+                )
+        return rows
+
+    def mark_completions_published(self, batch_ids: Sequence[str], now_ms: int) -> int:
+        if not batch_ids:
+            return 0
+        with self.transaction() as cur:
+            return int(cur.execute(
+                f"UPDATE completion_trackers SET outbox = 'PUBLISHED', published_at_ms = %s"
+                f" WHERE outbox = 'PENDING' AND batch_id IN ({_marks(len(batch_ids))})",
+                (now_ms, *batch_ids),
+            ))
+
+    def incomplete_trackers(self, sealed_before_ms: int, limit: int = 100) -> list[Tracker]:
+        """Trackers not complete, sealed before ``sealed_before_ms``, whose batch was sent (or was
+        built elsewhere, by Spark: no batch row), oldest seal first."""
+        with self.transaction() as cur:
+            cur.execute(
+                f"SELECT {', '.join('t.' + c.strip() for c in _TRACKER_COLUMNS.split(','))}"
+                " FROM completion_trackers t LEFT JOIN batches b ON b.batch_id = t.batch_id"
+                " WHERE t.completed_at_ms IS NULL AND t.sealed_at_ms < %s AND (b.state = 'SENT' OR b.state IS NULL)"
+                " ORDER BY t.sealed_at_ms, t.batch_id LIMIT %s",
+                (sealed_before_ms, limit),
+            )
+            return [_tracker(r) for r in cur.fetchall()]
+
+    def incomplete_summary(self, sealed_before_ms: int) -> tuple[int, int | None]:
+        """(how many, oldest seal time) of the trackers :meth:`incomplete_trackers` lists."""
+        with self.transaction() as cur:
+            cur.execute(
+                "SELECT COUNT(*) AS n, MIN(t.sealed_at_ms) AS oldest"
+                " FROM completion_trackers t LEFT JOIN batches b ON b.batch_id = t.batch_id"
+                " WHERE t.completed_at_ms IS NULL AND t.sealed_at_ms < %s AND (b.state = 'SENT' OR b.state IS NULL)",
+                (sealed_before_ms,),
+            )
+            row = cur.fetchone()
+        return int(row["n"]), row["oldest"]
+
+    def delete_trackers(self, kind: str, before_ms: int, chunk: int = 1000) -> int:
+        """Delete trackers, ``chunk`` rows per transaction; returns how many. ``kind``:
+
+        - ``finished``: completion published, sealed before ``before_ms``;
+        - ``dead``: the batch is DEAD (never delivered; a redrive re-seals it on re-publish);
+        - ``orphaned``: never completed, sealed before ``before_ms``."""
+        where = {
+            "finished": ("completion_trackers t", "t.outbox = 'PUBLISHED' AND t.sealed_at_ms < %s", (before_ms,)),
+            "dead": ("completion_trackers t JOIN batches b ON b.batch_id = t.batch_id", "b.state = 'DEAD'", ()),
+            "orphaned": ("completion_trackers t", "t.completed_at_ms IS NULL AND t.sealed_at_ms < %s", (before_ms,)),
+        }
+        if kind not in where:
+            raise ValueError(f"unknown tracker kind {kind!r}")
+        source, condition, args = where[kind]
+        removed = 0
+        while True:
+            with self.transaction() as cur:
+                cur.execute(
+                    f"SELECT t.batch_id FROM {source} WHERE {condition} ORDER BY t.batch_id LIMIT %s FOR UPDATE",
+                    (*args, chunk),
+                )
+                ids = [r["batch_id"] for r in cur.fetchall()]
+                if ids:
+                    removed += cur.execute(
+                        f"DELETE FROM completion_trackers WHERE batch_id IN ({_marks(len(ids))})", tuple(ids)
+                    )
+                    cur.execute(f"DELETE FROM completion_items WHERE batch_id IN ({_marks(len(ids))})", tuple(ids))
+            if len(ids) < chunk:
+                return removed

@@ -1,0 +1,93 @@
+"""Pure parts of completion tracking: the bitmap, ack parsing, the completion message, settings."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+
+from consolidator.batch import Member, build_message, load_schema
+from consolidator.completion import (
+    Ack,
+    AckFormatError,
+    acked_indexes,
+    bit_count,
+    build_completion,
+    completion_id,
+    empty_bitmap,
+    load_completion_schema,
+    parse_ack,
+    set_bits,
+)
+from consolidator.errors import ConfigurationError
+from consolidator.events import SourcePosition
+from consolidator.policy import FlushReason
+from consolidator.settings import AckSettings, FlushSettings, load_settings
+
+BATCH = "4f1c0d2b9a8e7f6a5b4c3d2e1f0a9b8c"
+
+
+def test_bitmap_sets_each_member_once():
+    bits = empty_bitmap(11)
+    assert len(bits) == 2 and bit_count(bits) == 0
+    bits, newly = set_bits(bits, [0, 10, 10, 3])
+    assert newly == 3 and bit_count(bits) == 3
+    bits, newly = set_bits(bits, [3, 10])
+    assert newly == 0 and acked_indexes(bits, 11) == [0, 3, 10]
+
+
+def test_parse_ack_round_trips_and_names_what_is_wrong():
+    ack = Ack(BATCH, members=(0, 2), item_ids=("A001",))
+    assert parse_ack(ack.encode()) == ack
+    for body, problem in (
+        (b"{nope", "not JSON"),
+        (b"[1]", "JSON object"),
+        (b'{"batch_id": "x", "members": [0]}', "32 lowercase hex"),
+        (f'{{"batch_id": "{BATCH}"}}'.encode(), "at least one member"),
+        (f'{{"batch_id": "{BATCH}", "members": [-1]}}'.encode(), "indexes >= 0"),
+        (f'{{"batch_id": "{BATCH}", "members": [true]}}'.encode(), "indexes >= 0"),
+        (f'{{"batch_id": "{BATCH}", "item_ids": [""]}}'.encode(), "non-empty strings"),
+        (f'{{"batch_id": "{BATCH}", "members": 0}}'.encode(), "must be lists"),
+        (f'{{"batch_id": "{BATCH}", "members": [0], "extra": 1}}'.encode(), "unknown ack fields: extra"),
+        (f'{{"ack_version": 2, "batch_id": "{BATCH}", "members": [0]}}'.encode(), "ack_version"),
+    ):
+        with pytest.raises(AckFormatError, match=problem):
+            parse_ack(body)
+
+
+def test_completion_message_is_schema_valid_and_its_id_depends_on_the_batch_only():
+    message = build_completion(BATCH, "WH-42", 3, 1_795_000_000_000, 1_795_000_060_123)
+    jsonschema.Draft202012Validator(load_completion_schema(), format_checker=jsonschema.FormatChecker()).validate(message)
+    assert message["completion_id"] == completion_id(BATCH) != completion_id("0" * 32)
+    assert message["completed_at"] == "2026-11-18T11:07:40.123Z"  # date -u -d @1795000060
+
+
+def test_a_tracked_batch_message_carries_item_ids_in_member_order():
+    members = [Member(SourcePosition("orders", 0, offset), item, (("SKU-1", 1),), 0, 0)
+               for offset, item in ((7, "B"), (3, "A"), (9, "A"))]
+    plain = build_message("WH-1", members, FlushReason.IDLE, 0)
+    tracked = build_message("WH-1", members, FlushReason.IDLE, 0, tracked=True)
+    validator = jsonschema.Draft202012Validator(load_schema())
+    validator.validate(plain)
+    validator.validate(tracked)
+    assert "completion_tracking" not in plain and tracked["completion_tracking"] is True
+    assert [m["item_id"] for m in tracked["members"]] == ["A", "B", "A"]  # sorted by position
+    assert [{k: v for k, v in m.items() if k != "item_id"} for m in tracked["members"]] == plain["members"]
+    assert tracked["batch_id"] == plain["batch_id"]
+
+
+def test_completion_settings(monkeypatch):
+    for name in ("CONSOLIDATOR_COMPLETION_TRACKING", "CONSOLIDATOR_COMPLETION_SINK_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CONSOLIDATOR_DATABASE_URL", "mysql://root:@127.0.0.1:3306/x")
+    monkeypatch.setenv("CONSOLIDATOR_DEAD_LETTER_URL", "file:///tmp/dlq.jsonl")
+    monkeypatch.setenv("CONSOLIDATOR_REDIS_URL", "redis://localhost:6379/0")
+    monkeypatch.setenv("CONSOLIDATOR_SINK_URL", "file:///tmp/out.jsonl")
+    assert load_settings(FlushSettings).completion_tracking is False
+    with pytest.raises(ConfigurationError, match="CONSOLIDATOR_COMPLETION_SINK_URL is required"):
+        load_settings(AckSettings)
+    monkeypatch.setenv("CONSOLIDATOR_COMPLETION_SINK_URL", "ftp://nope")
+    monkeypatch.setenv("CONSOLIDATOR_COMPLETION_DEADLINE_SECONDS", "0")
+    with pytest.raises(ConfigurationError) as error:
+        load_settings(AckSettings)
+    assert "CONSOLIDATOR_COMPLETION_SINK_URL" in str(error.value)
+    assert "CONSOLIDATOR_COMPLETION_DEADLINE_SECONDS" in str(error.value)
