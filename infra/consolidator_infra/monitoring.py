@@ -84,22 +84,22 @@ class Monitoring(Construct):
         bound_s = policy.hard_window_seconds + policy.tick_interval_seconds
         pending_age_s = scaled(product_metric("OldestPendingAge", "flush", env, "Maximum"), 1000,
                                "oldest PENDING event age (s)")
-        self._alarm(
+        self.alarm(
             "PendingAgeWarning", Severity.WARNING, pending_age_s, threshold=bound_s, periods=2,
             what=f"The oldest PENDING event is older than the latency bound (hard window + one tick = "
                  f"{bound_s:.0f} s) for 2 minutes: the flush is a tick behind.",
         )
-        self._alarm(
+        self.alarm(
             "PendingAgeCritical", Severity.CRITICAL, pending_age_s, threshold=bound_s + policy.tick_interval_seconds,
             periods=2,
             what=f"The oldest PENDING event is older than {bound_s + policy.tick_interval_seconds:.0f} s: events "
                  "are published later than the latency guarantee; the flush is not keeping up or not publishing.",
         )
-        self._alarm(
+        self.alarm(
             "DeadBatches", Severity.CRITICAL, product_metric("DeadBatches", "flush", env, period=FIVE), threshold=0,
             what="A batch failed max_attempts publishes and went to the dead-letter queue; its rows are unsent.",
         )
-        self._alarm(
+        self.alarm(
             "RecordsFailed", Severity.CRITICAL, product_metric("RecordsFailed", "ingest", env), threshold=0,
             periods=config.records_failed_minutes,
             what=f"Ingest reported records as failed in each of {config.records_failed_minutes} minutes: the "
@@ -108,7 +108,7 @@ class Monitoring(Construct):
 
         # -- operator queues ------------------------------------------------------------------------
         for name, queue in (("DeadLetterQueueNotEmpty", t.dead_letter), ("IngestFailuresNotEmpty", t.ingest_failures)):
-            self._alarm(
+            self.alarm(
                 name, Severity.WARNING,
                 queue.metric_approximate_number_of_messages_visible(period=FIVE, statistic="Maximum",
                                                                      label="visible messages"),
@@ -117,12 +117,12 @@ class Monitoring(Construct):
         oldest_dead_letter_h = scaled(
             t.dead_letter.metric_approximate_age_of_oldest_message(period=FIVE, statistic="Maximum"), 3600,
             "oldest dead-letter message (h)", FIVE)
-        self._alarm(
+        self.alarm(
             "DeadLetterAgeWarning", Severity.WARNING, oldest_dead_letter_h, threshold=config.dead_letter_age_warning_hours,
             what=f"A dead-letter message is older than {config.dead_letter_age_warning_hours:g} h: nobody has "
                  "handled it yet.",
         )
-        self._alarm(
+        self.alarm(
             "DeadLetterAgeCritical", Severity.CRITICAL, oldest_dead_letter_h,
             threshold=config.dead_letter_age_critical_days * 24,
             what=f"A dead-letter message is older than {config.dead_letter_age_critical_days:g} days; the queue "
@@ -133,7 +133,7 @@ class Monitoring(Construct):
         for label, function, timeout_s in (("Ingest", t.ingest, functions.ingest_timeout_seconds),
                                            ("Flush", t.flush, functions.flush_timeout_seconds),
                                            ("Cleanup", t.cleanup, functions.cleanup_timeout_seconds)):
-            self._alarm(
+            self.alarm(
                 f"{label}Errors", Severity.CRITICAL, function.metric_errors(period=FIVE, statistic="Sum", label="errors"),
                 threshold=config.function_errors, what=f"The {label.lower()} function raised errors.",
             )
@@ -143,35 +143,35 @@ class Monitoring(Construct):
             else:
                 metric = function.metric_throttles(period=FIVE, statistic="Sum", label="throttles")
                 threshold = config.function_throttles
-            self._alarm(f"{label}Throttles", Severity.WARNING, metric, threshold=threshold,
+            self.alarm(f"{label}Throttles", Severity.WARNING, metric, threshold=threshold,
                         what=f"The {label.lower()} function is throttled.")
             # the flush ticks until shortly before its timeout by design: only a near-timeout counts
             near_s = timeout_s - 1 if label == "Flush" else timeout_s * config.duration_warning_percent / 100
-            self._alarm(
+            self.alarm(
                 f"{label}DurationNearTimeout", Severity.WARNING,
                 scaled(function.metric_duration(period=FIVE, statistic="Maximum"), 1000, "max duration (s)", FIVE),
                 threshold=round(near_s, 1),
                 what=f"The {label.lower()} function ran longer than {near_s:.1f} s of its {timeout_s} s timeout: "
                      "it is about to time out (a timed-out ingest batch is retried; a flush tick is cut short).",
             )
-        self._alarm(
+        self.alarm(
             "IngestOffsetLag", Severity.WARNING,
             t.ingest.metric("OffsetLag", statistic="Maximum", period=MINUTE, label="offset lag (records)"),
             threshold=config.offset_lag_records, periods=5,
             what="Ingest falls behind the topic (records not yet processed) for 5 minutes.",
         )
-        self._alarm(
+        self.alarm(
             "FlushTicksSkipped", Severity.CRITICAL, product_metric("TicksSkipped", "flush", env),
             threshold=0, periods=config.skipped_ticks_minutes,
             what=f"Flush ticks skipped (lock held or Redis down) in each of {config.skipped_ticks_minutes} minutes.",
         )
-        self._alarm(
+        self.alarm(
             "FlushNotRunning", Severity.CRITICAL, t.flush.metric_invocations(period=FIVE, statistic="Sum", label="invocations"),
             threshold=1, comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
             missing=cw.TreatMissingData.BREACHING,
             what="The flush function was not invoked for 5 minutes (schedule disabled or broken).",
         )
-        self._alarm(
+        self.alarm(
             "PartitionDropRefused", Severity.WARNING,
             product_metric("PartitionDropsRefused", "cleanup", env, period=Duration.hours(6)), threshold=0,
             what="Cleanup refused to drop a partition past the retention because it still holds PENDING or "
@@ -179,34 +179,34 @@ class Monitoring(Construct):
         )
 
         # -- storage --------------------------------------------------------------------------------
-        self._alarm(
+        self.alarm(
             "DatabaseCpu", Severity.WARNING,
             t.cluster.metric_cpu_utilization(period=FIVE, statistic="Average", label="CPU (%)"),
             threshold=config.database_cpu_percent, periods=3,
             what="Aurora CPU high for 15 minutes: raise max capacity or find the hot query.",
         )
-        self._alarm(
+        self.alarm(
             "DatabaseCapacityAtMax", Severity.CRITICAL,
             t.cluster.metric("ACUUtilization", period=FIVE, statistic="Maximum", label="capacity used (% of max ACU)"),
             threshold=config.database_capacity_percent, periods=3,
             what=f"Aurora Serverless runs at its maximum capacity ({database.max_capacity:g} ACU) for 15 minutes: "
                  "it cannot scale further; raise database.max_capacity.",
         )
-        self._alarm(
+        self.alarm(
             "DatabaseConnections", Severity.WARNING,
             t.cluster.metric_database_connections(period=FIVE, statistic="Maximum", label="connections"),
             threshold=config.database_connections, periods=2,
             what="Aurora connections near the limit: ingest concurrency (pollers) too high?",
         )
         primary = {"CacheClusterId": f"{t.cache.ref}-001"}  # the primary node of the replication group
-        self._alarm(
+        self.alarm(
             "CacheCpu", Severity.WARNING,
             cw.Metric(namespace="AWS/ElastiCache", metric_name="EngineCPUUtilization", dimensions_map=primary,
                       statistic="Average", period=FIVE, label="cache engine CPU (%)"),
             threshold=config.cache_cpu_percent, periods=3,
             what="The cache engine CPU is high for 15 minutes: the flush lock may time out.",
         )
-        self._alarm(
+        self.alarm(
             "CacheMemory", Severity.WARNING,
             cw.Metric(namespace="AWS/ElastiCache", metric_name="DatabaseMemoryUsagePercentage",
                       dimensions_map=primary, statistic="Maximum", period=FIVE, label="cache memory used (%)"),
@@ -233,7 +233,7 @@ class Monitoring(Construct):
             topic.add_subscription(subscriptions.EmailSubscription(config.email))
         return topic
 
-    def _alarm(
+    def alarm(
         self, name: str, severity: Severity, metric: cw.IMetric, *, threshold: float, what: str, periods: int = 1,
         comparison: cw.ComparisonOperator = cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
         missing: cw.TreatMissingData = cw.TreatMissingData.NOT_BREACHING,

@@ -158,8 +158,7 @@ class ConsolidatorStack(Stack):
         self.database.secret.grant_read(self.acks)
         self._grant_sink(self.acks, completion.sink, sid="PublishCompletions")
         return CompletionTracking(
-            self, "Completion", config=completion, function=self.acks, alarms=self.config.alarms,
-            topic=self.monitoring.topic,
+            self, "Completion", config=completion, function=self.acks, monitoring=self.monitoring,
             removal_policy=RemovalPolicy.RETAIN if self.config.removal_policy == "retain" else RemovalPolicy.DESTROY,
         )
 

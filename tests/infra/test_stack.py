@@ -234,6 +234,13 @@ def test_every_alarm_exists_with_its_threshold_in_human_units(env):
         "CacheCpu": ("EngineCPUUtilization", config.cache_cpu_percent, None),
         "CacheMemory": ("DatabaseMemoryUsagePercentage", config.cache_memory_percent, None),
     }
+    if env.config.completion:
+        expected |= {
+            "AcksDeadLetterNotEmpty": ("ApproximateNumberOfMessagesVisible", 0, None),
+            "AcksErrors": ("Errors", config.function_errors, None),
+            "IncompleteBatches": ("IncompleteBatches", 0, None),
+            "CompletionPublishFailures": ("CompletionPublishFailures", 0, None),
+        }
     assert set(alarms) == set(expected)
     for name, (metric, threshold, expression) in expected.items():
         alarm = alarms[name]
