@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from consolidator.clock import Clock
-from consolidator.deadletter import DeadLetter, poison_entry
-from consolidator.errors import StoreError, StoreUnavailable
+from consolidator.deadletter import DeadLetter, poison_entry, rejected_entry
+from consolidator.errors import DeliveryError, StoreError, StoreUnavailable
 from consolidator.events import Event, FieldNames, KafkaRecord, PoisonEvent, SourcePosition, decode
-from consolidator.msk import batch_item_failures, records_from_event
+from consolidator.msk import Rejected, batch_item_failures, parse_event
 from consolidator.store.mysql import IngestCounts, MySQLStore
 
 log = logging.getLogger(__name__)
@@ -51,19 +51,38 @@ class IngestService:
     clock: Clock
     metrics: MetricsRecorder = field(default_factory=NoMetrics)
 
-    def handle_msk_event(self, event: dict) -> dict:
-        """The whole Lambda contract: MSK event in, partial batch response out."""
-        return batch_item_failures(self.ingest(records_from_event(event)).failed)
+    def handle_msk_event(self, event: object) -> dict:
+        """The whole Lambda contract: MSK event in, partial batch response out. No input makes
+        this raise; see :meth:`ingest` for the one dependency failure that does."""
+        parsed = parse_event(event)
+        return batch_item_failures(self.ingest(parsed.records, parsed.rejected).failed)
 
-    def ingest(self, records: Sequence[KafkaRecord]) -> IngestOutcome:
+    def ingest(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected] = ()) -> IngestOutcome:
+        """Store or dead-letter ``records`` and dead-letter the ``rejected`` pieces of their event.
+
+        Raises :class:`DeliveryError` only when a piece without a readable position could not be
+        dead-lettered: Lambda cannot be told about it, so the whole invocation fails and is
+        retried (nothing has been stored by then)."""
         outcome = IngestOutcome()
+        now = self.clock.now_ms()
+        unidentified = [r for r in rejected if r.position is None]
+        if unidentified:
+            if self.dead_letter.send([rejected_entry(r, now) for r in unidentified]):
+                raise DeliveryError(f"dead-letter write failed for {len(unidentified)} unidentifiable "
+                                    "piece(s) of the event; the invocation fails so Lambda retries it")
+            for r in unidentified:
+                log.warning("unidentifiable piece of the event dead-lettered",
+                            extra={"reason": str(r.reason), "detail": r.detail, "partition_key": r.partition_key})
+            outcome.dead_lettered += len(unidentified)
         events: list[Event] = []
-        poison: list[tuple[KafkaRecord, PoisonEvent]] = []
+        poison: list[tuple[SourcePosition, dict, str, str]] = [
+            (r.position, rejected_entry(r, now), str(r.reason), r.detail) for r in rejected if r.position is not None
+        ]
         for record in records:
             try:
                 events.append(decode(record, self.names, self.max_event_bytes))
             except PoisonEvent as error:
-                poison.append((record, error))
+                poison.append((record.position, poison_entry(record, error, now), str(error.reason), error.detail))
         self._dead_letter(poison, outcome)
         self._store(events, outcome)
         for name, value in (
@@ -76,20 +95,18 @@ class IngestService:
             self.metrics.add_metric(name=name, unit="Count", value=value)
         return outcome
 
-    def _dead_letter(self, poison: list[tuple[KafkaRecord, PoisonEvent]], outcome: IngestOutcome) -> None:
+    def _dead_letter(self, poison: list[tuple[SourcePosition, dict, str, str]], outcome: IngestOutcome) -> None:
         if not poison:
             return
-        now = self.clock.now_ms()
-        failed = self.dead_letter.send([poison_entry(record, error, now) for record, error in poison])
-        for index, (record, error) in enumerate(poison):
+        failed = self.dead_letter.send([entry for _, entry, _, _ in poison])
+        for index, (position, _, reason, detail) in enumerate(poison):
             if index in failed:
                 log.error("dead-letter write failed; record will be retried",
-                          extra={"source": record.position.as_dict(), "reason": str(error.reason)})
-                outcome.failed.append(record.position)
+                          extra={"source": position.as_dict(), "reason": reason})
+                outcome.failed.append(position)
             else:
                 log.warning("poison record dead-lettered",
-                            extra={"source": record.position.as_dict(), "reason": str(error.reason),
-                                   "detail": error.detail})
+                            extra={"source": position.as_dict(), "reason": reason, "detail": detail})
                 outcome.dead_lettered += 1
 
     def _store(self, events: list[Event], outcome: IngestOutcome) -> None:
