@@ -62,6 +62,13 @@ class Monitoring(Construct):
             what=f"The oldest PENDING event is older than hard window + 2 ticks ({oldest_limit_ms:.0f} ms): "
                  "the flush is not keeping up or not publishing.",
         )
+        # Records reported failed are retried by Lambda; they fail while a dependency (database,
+        # dead-letter queue) is down. A rejected database credential raises instead (IngestErrors).
+        self._alarm(
+            "RecordsFailed", product_metric("RecordsFailed", "ingest", period=five), threshold=0, periods=2,
+            what="Ingest reported records as failed for 10 minutes: the database or the dead-letter queue "
+                 "is unreachable, so Lambda keeps re-reading those partitions.",
+        )
         self._alarm(
             "DeadBatches", product_metric("DeadBatches", "flush", period=five), threshold=0,
             what="A batch failed max_attempts publishes and went to the dead-letter queue.",

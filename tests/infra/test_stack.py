@@ -33,7 +33,7 @@ def test_each_environment_synthesizes_with_expected_resource_counts(env):
         "AWS::ElastiCache::ReplicationGroup": 1,
         "AWS::SecretsManager::Secret": 2,
         "AWS::SecretsManager::RotationSchedule": 1,
-        "AWS::CloudWatch::Alarm": 15,
+        "AWS::CloudWatch::Alarm": 16,
         "AWS::CloudWatch::Dashboard": 1,
         "AWS::EC2::VPC": 1,
         "AWS::EC2::NatGateway": config.network.nat_gateways,
@@ -189,6 +189,7 @@ def test_every_alarm_exists_with_its_threshold(env):
     expected = {
         "OldestPendingAge": ("OldestPendingAge", (policy.hard_window_seconds + 2 * policy.tick_interval_seconds) * 1000),
         "DeadBatches": ("DeadBatches", 0),
+        "RecordsFailed": ("RecordsFailed", 0),
         "DeadLetterQueueNotEmpty": ("ApproximateNumberOfMessagesVisible", 0),
         "IngestFailuresNotEmpty": ("ApproximateNumberOfMessagesVisible", 0),
         "IngestErrors": ("Errors", config.function_errors),
@@ -213,6 +214,8 @@ def test_every_alarm_exists_with_its_threshold(env):
     assert alarms["FlushTicksSkipped"]["EvaluationPeriods"] == config.skipped_ticks_minutes
     assert alarms["FlushTicksSkipped"]["Dimensions"] == [{"Name": "service", "Value": "flush"}]
     assert alarms["FlushNotRunning"]["TreatMissingData"] == "breaching"
+    assert alarms["RecordsFailed"]["Dimensions"] == [{"Name": "service", "Value": "ingest"}]
+    assert (alarms["RecordsFailed"]["EvaluationPeriods"], alarms["RecordsFailed"]["Period"]) == (2, 300)
     assert alarms["FlushNotRunning"]["ComparisonOperator"] == "LessThanThreshold"
 
 
