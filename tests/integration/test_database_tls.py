@@ -5,11 +5,10 @@ encrypted; a wrong CA, the RDS bundle (default) and a server without TLS are ref
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
+import local_mariadb
 import pymysql
 import pytest
 from support import MYSQL_HOST, MYSQL_PORT
@@ -18,8 +17,7 @@ from consolidator.errors import StoreRefused
 from consolidator.store.connection import RDS_CA_BUNDLE
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
-MARIADBD = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
-pytestmark = pytest.mark.skipif(not (Path(MARIADBD).exists() and shutil.which("openssl")),
+pytestmark = pytest.mark.skipif(not (local_mariadb.available() and shutil.which("openssl")),
                                 reason="needs mariadbd and openssl")
 
 
@@ -44,47 +42,19 @@ def _server_cert(directory: Path, ca: str) -> None:
              "-days", "2", "-extfile", "ext.cnf", "-out", "server.pem", cwd=directory)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory):
-    """(port, directory with good-ca.pem and wrong-ca.pem): a MariaDB of this test only."""
+    """(port, directory with good-ca.pem and wrong-ca.pem): a MariaDB of this test only, on
+    127.0.0.1 and 127.0.0.2, with a certificate naming 127.0.0.1."""
     directory = tmp_path_factory.mktemp("tls")
     _ca(directory, "good-ca")
     _ca(directory, "wrong-ca")
     _server_cert(directory, "good-ca")
-    (directory / "data").mkdir()
-    port = _free_port()
-    log = (directory / "server.log").open("w")
-    server = subprocess.Popen(
-        [MARIADBD, "--no-defaults", "--user=root", f"--datadir={directory / 'data'}", f"--port={port}",
-         "--bind-address=127.0.0.1,127.0.0.2", f"--socket={directory / 'sock'}", f"--pid-file={directory / 'pid'}",
-         "--skip-grant-tables", "--skip-log-bin", "--innodb-buffer-pool-size=16M",
-         f"--ssl-ca={directory / 'good-ca.pem'}", f"--ssl-cert={directory / 'server.pem'}",
-         f"--ssl-key={directory / 'server.key'}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                pymysql.connect(host="127.0.0.1", port=port, user="root", connect_timeout=1).close()
-                break
-            except pymysql.err.OperationalError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError((directory / "server.log").read_text()[-2000:]) from None
-                time.sleep(0.2)
+    with local_mariadb.mariadb(f"--ssl-ca={directory / 'good-ca.pem'}", f"--ssl-cert={directory / 'server.pem'}",
+                               f"--ssl-key={directory / 'server.key'}", bind="127.0.0.1,127.0.0.2") as port:
         with pymysql.connect(host="127.0.0.1", port=port, user="root", autocommit=True) as conn, conn.cursor() as cur:
             cur.execute("CREATE DATABASE IF NOT EXISTS consolidator")
         yield port, directory
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
 
 
 def _store(port: int, ca: Path | None, host: str = "127.0.0.1") -> MySQLStore:
