@@ -2,7 +2,10 @@
 
 Guarantee: a record is reported as succeeded only once it is durable, as a buffer row (or a
 no-op replay of one) or as a confirmed dead-letter entry. Everything else is returned as a
-failure, so Lambda re-delivers it and nothing is lost.
+failure, so Lambda re-delivers it and nothing is lost. No input raises: a malformed envelope
+is dead-lettered like a poison value (see :mod:`consolidator.msk`). What raises is a
+dependency failure Lambda must see as an error: a piece of the event without a readable
+position whose dead-letter write failed, or a database that refuses the credentials.
 """
 
 from __future__ import annotations
