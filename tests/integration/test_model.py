@@ -319,9 +319,13 @@ class Pipeline(RuleBasedStateMachine):
             low, high = bounds[name]
             assert high is not None and high <= keep_from, name  # expired only
             assert not any((low is None or b >= low) and b < high for b in unsent), name  # nothing unsent
-            # the ledger went with it: those positions are new again if they ever come back
-            self.model.seen = {p: b for p, b in self.model.seen.items()
-                               if not ((low is None or b >= low) and b < high)}
+            # The ledger went with it: a replay of those records would be ingested again (a new
+            # batch id when batched with other rows, or a claim that collides with the old batch
+            # id and blocks the group). Replay protection lasts as long as the retention; the
+            # model assumes Kafka's retention is shorter, so they are never delivered again.
+            self.sent_records = [(r, v) for r, v in self.sent_records
+                                 if not ((low is None or bucket_of(r.timestamp_ms) >= low)
+                                         and bucket_of(r.timestamp_ms) < high)]
         for refused in report.refused:
             low, high = bounds[refused.partition]
             assert any((low is None or b >= low) and b < high for b in unsent), refused
