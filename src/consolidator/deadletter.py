@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from consolidator import jsonlines
 from consolidator.batch import iso_ms
 from consolidator.events import KafkaRecord, PoisonEvent
+from consolidator.msk import Rejected
 
 MAX_RAW_BYTES = 150_000  # keeps a dead-letter message under the SQS size limit once base64'd
 SQS_MAX_BYTES = 256 * 1024  # one SQS message, and one SendMessageBatch call, at most
@@ -54,6 +55,26 @@ def poison_entry(record: KafkaRecord, error: PoisonEvent, now_ms: int) -> dict:
         "value_b64": base64.b64encode(value[:MAX_RAW_BYTES]).decode(),
         "value_bytes": len(value),
         "value_truncated": len(value) > MAX_RAW_BYTES,
+        "dead_lettered_at": iso_ms(now_ms),
+    }
+
+
+def rejected_entry(rejected: Rejected, now_ms: int) -> dict:
+    """The dead-letter message of a piece of an MSK event that is not a usable record: its
+    position when readable (``source`` is null otherwise), the piece as received (JSON,
+    truncated like a poison value), and the reason."""
+    raw = json.dumps(rejected.raw, default=repr)  # ASCII; at most doubles when nested
+    return {
+        "kind": "poison",
+        "reason": str(rejected.reason),
+        "detail": rejected.detail,
+        "source": None if rejected.position is None else rejected.position.as_dict(),
+        "partition_key": rejected.partition_key,
+        "timestamp_ms": rejected.timestamp_ms,
+        "key_b64": rejected.key_b64,
+        "value_b64": rejected.value_b64,
+        "envelope_json": raw[:MAX_RAW_BYTES // 2],
+        "envelope_truncated": len(raw) > MAX_RAW_BYTES // 2,
         "dead_lettered_at": iso_ms(now_ms),
     }
 

@@ -18,6 +18,12 @@ class StoreUnavailable(ConsolidatorError):
     Not a :class:`StoreError`: retrying other records against a missing server is pointless."""
 
 
+class StoreRefused(ConsolidatorError):
+    """The database refused this client: credentials rejected even after re-reading the secret,
+    or a TLS certificate that does not verify. Not an outage and not retried record by record:
+    it propagates, so the invocation fails, is counted as an error and alarms."""
+
+
 class DeliveryError(ConsolidatorError):
     """A sink or dead-letter destination did not confirm a write."""
 

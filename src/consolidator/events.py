@@ -97,6 +97,10 @@ class PoisonReason(StrEnum):
     BAD_ITEM_ID = "bad_item_id"
     BAD_ITEMS = "bad_items"
     BAD_QUANTITY = "bad_quantity"
+    # the MSK envelope around the value (consolidator.msk)
+    BAD_ENVELOPE = "bad_envelope"
+    UNIDENTIFIABLE = "unidentifiable_record"
+    BAD_EVENT = "bad_event"
 
 
 class PoisonEvent(ConsolidatorError):

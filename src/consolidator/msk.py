@@ -1,35 +1,167 @@
-"""The MSK event source mapping's shapes: the event Lambda receives and the partial batch response."""
+"""The MSK event source mapping's shapes: the event Lambda receives and the partial batch response.
+
+Reading an event never raises. Every part of it that cannot become a :class:`KafkaRecord` is
+returned as a :class:`Rejected` piece with a machine-readable reason, for the dead-letter
+destination:
+
+- ``bad_envelope``: the record's topic, partition and offset are readable but another field
+  (timestamp, key, value, headers) is missing, of the wrong type or out of range;
+- ``unidentifiable_record``: the record's topic, partition or offset cannot be read. Lambda's
+  partial batch response names a record by partition and offset, so such a record can never
+  be reported as failed on its own: it is dead-lettered, raw, and if even that write fails the
+  invocation raises (Lambda retries the whole batch while the destination is down);
+- ``bad_event``: the event itself is not a Kafka event, or its ``records`` map (or one of its
+  entries) is not the documented shape.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-from consolidator.events import KafkaRecord, SourcePosition
+from consolidator.events import KafkaRecord, PoisonReason, SourcePosition
+
+KAFKA_EVENT_SOURCES = ("aws:kafka", "SelfManagedKafka")
+TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")  # Kafka's legal topic names
+MAX_PARTITION = 2**31 - 1  # Kafka partitions are int32
+MAX_OFFSET = 2**63 - 1  # Kafka offsets are int64
+MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last monthly bucket
 
 
-def _b64(text: str | None) -> bytes | None:
-    return None if text is None else binascii.a2b_base64(text)
+@dataclass(frozen=True)
+class Rejected:
+    """A piece of an MSK event that is not a usable Kafka record."""
+
+    reason: PoisonReason
+    detail: str
+    raw: object  # the piece as received (a record, a partition's list, the whole event)
+    position: SourcePosition | None = None  # None: Lambda cannot be told about it
+    partition_key: str | None = None  # its key in the event's ``records`` map
+    timestamp_ms: int | None = None
+    key_b64: str | None = None
+    value_b64: str | None = None
+
+
+@dataclass
+class ParsedEvent:
+    records: list[KafkaRecord] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _int(value: object, name: str, low: int, high: int) -> int:
+    # type() is not isinstance(): bool is an int subclass and never a partition or an offset
+    if type(value) is not int:
+        raise _Bad(f"{name} must be an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise _Bad(f"{name} {value} is outside [{low}, {high}]")
+    return value
+
+
+def _b64(value: object, name: str) -> bytes | None:
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise _Bad(f"{name} must be a base64 string or null, got {type(value).__name__}")
+    try:
+        return binascii.a2b_base64(value, strict_mode=True)
+    except (binascii.Error, ValueError) as exc:
+        raise _Bad(f"{name} is not base64: {exc}") from None
+
+
+def _headers(value: object) -> tuple[tuple[str, bytes], ...]:
+    """``[{name: [byte, ...]}, ...]``; bytes may come signed (Java) or unsigned."""
+    if value is None:
+        return ()
+    if type(value) is not list:
+        raise _Bad(f"headers must be a list, got {type(value).__name__}")
+    headers = []
+    for index, header in enumerate(value):
+        if type(header) is not dict:
+            raise _Bad(f"headers[{index}] must be an object, got {type(header).__name__}")
+        for name, raw in header.items():
+            if type(raw) is not list or any(type(b) is not int or not -128 <= b <= 255 for b in raw):
+                raise _Bad(f"headers[{index}][{name!r}] must be a list of bytes")
+            headers.append((name, bytes(b & 0xFF for b in raw)))
+    return tuple(headers)
+
+
+def _position(r: dict) -> SourcePosition:
+    topic = r.get("topic")
+    if type(topic) is not str or not TOPIC.fullmatch(topic):
+        raise _Bad(f"topic must be a Kafka topic name, got {topic!r:.80}")
+    return SourcePosition(topic, _int(r.get("partition"), "partition", 0, MAX_PARTITION),
+                          _int(r.get("offset"), "offset", 0, MAX_OFFSET))
+
+
+def _record(r: object, partition_key: str, parsed: ParsedEvent) -> None:
+    if type(r) is not dict:
+        parsed.rejected.append(Rejected(PoisonReason.UNIDENTIFIABLE, f"record must be an object, got "
+                                        f"{type(r).__name__}", r, partition_key=partition_key))
+        return
+    try:
+        position = _position(r)
+    except _Bad as exc:
+        parsed.rejected.append(Rejected(PoisonReason.UNIDENTIFIABLE, str(exc), r, partition_key=partition_key))
+        return
+    problems: list[str] = []
+
+    def check(read, *args):
+        try:
+            return read(*args)
+        except _Bad as exc:
+            problems.append(str(exc))
+            return None
+
+    timestamp = check(_int, r.get("timestamp"), "timestamp", 0, MAX_TIMESTAMP_MS)
+    key = check(_b64, r.get("key"), "key")
+    value = check(_b64, r.get("value"), "value")
+    headers = check(_headers, r.get("headers"))
+    if problems:
+        parsed.rejected.append(Rejected(
+            PoisonReason.BAD_ENVELOPE, "; ".join(problems), r, position, partition_key, timestamp,
+            None if key is None else r["key"], None if value is None else r["value"]))
+        return
+    parsed.records.append(KafkaRecord(position.topic, position.partition, position.offset,
+                                      timestamp, key, value, headers))
+
+
+def parse_event(event: object) -> ParsedEvent:
+    """The Kafka records of an MSK (or self-managed Kafka) event, in the order Lambda gave them,
+    and every piece that is not one. Never raises."""
+    parsed = ParsedEvent()
+    if type(event) is not dict or event.get("eventSource") not in KAFKA_EVENT_SOURCES:
+        source = event.get("eventSource") if type(event) is dict else None
+        parsed.rejected.append(Rejected(PoisonReason.BAD_EVENT, f"not a Kafka event (eventSource "
+                                        f"{source!r:.80})", event))
+        return parsed
+    records = event.get("records")
+    if records is None:
+        return parsed  # nothing was delivered
+    if type(records) is not dict:
+        parsed.rejected.append(Rejected(PoisonReason.BAD_EVENT,
+                                        f"records must be an object, got {type(records).__name__}", records))
+        return parsed
+    for partition_key, batch in records.items():
+        if type(batch) is not list:
+            parsed.rejected.append(Rejected(PoisonReason.BAD_EVENT, f"records[{partition_key!r:.80}] must be "
+                                            f"a list, got {type(batch).__name__}", batch,
+                                            partition_key=str(partition_key)))
+            continue
+        for r in batch:
+            _record(r, str(partition_key), parsed)
+    return parsed
 
 
 def records_from_event(event: dict) -> list[KafkaRecord]:
-    """Kafka records of an MSK (or self-managed Kafka) event, in the order Lambda gave them."""
-    if event.get("eventSource") not in ("aws:kafka", "SelfManagedKafka"):
-        raise ValueError(f"not a Kafka event source: {event.get('eventSource')!r}")
-    records = []
-    for batch in event.get("records", {}).values():
-        for r in batch:
-            headers = r.get("headers")
-            records.append(
-                KafkaRecord(
-                    r["topic"], int(r["partition"]), int(r["offset"]), int(r["timestamp"]),
-                    _b64(r.get("key")), _b64(r.get("value")),
-                    tuple((name, bytes(value)) for header in headers for name, value in header.items())
-                    if headers else (),
-                )
-            )
-    return records
+    """The usable Kafka records of an event (see :func:`parse_event` for the rest)."""
+    return parse_event(event).records
 
 
 def batch_item_failures(failed: Iterable[SourcePosition]) -> dict:

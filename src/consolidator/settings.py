@@ -1,15 +1,32 @@
 """Typed settings read from environment variables (prefix ``CONSOLIDATOR_``).
 
-Built when a handler or command starts, never at import time. A missing or malformed
-variable raises :class:`ConfigurationError` naming every offending variable.
+Built when a handler or command starts, never at import time. Every variable is checked at
+once: a missing or malformed one (non-finite or out-of-range numbers, URLs that do not parse or
+do not fit their destination) raises one :class:`ConfigurationError` naming every offending
+variable, with the credentials of URLs masked. URLs are parsed by pydantic's network types and
+then checked against what the code that uses them needs; fields stay plain strings.
 """
 
 from __future__ import annotations
 
-from typing import Self, TypeVar
-from urllib.parse import urlsplit
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Self, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    AnyUrl,
+    Field,
+    MySQLDsn,
+    RedisDsn,
+    TypeAdapter,
+    UrlConstraints,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import MultiHostUrl
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consolidator.errors import ConfigurationError
@@ -19,22 +36,132 @@ from consolidator.policy import Policy
 ENV_PREFIX = "CONSOLIDATOR_"
 SINK_SCHEMES = ("kafka", "sqs", "events", "file")
 DEAD_LETTER_SCHEMES = ("sqs", "file")
+DAY_SECONDS = 86_400
+
+_URLS = {
+    "mysql": TypeAdapter(MySQLDsn),
+    "redis": TypeAdapter(RedisDsn),
+    "kafka": TypeAdapter(Annotated[MultiHostUrl, UrlConstraints(allowed_schemes=["kafka"], host_required=True)]),
+    "any": TypeAdapter(AnyUrl),
+}
+_SQS_PATH = re.compile(r"/\d{12}/[A-Za-z0-9_-]{1,80}(\.fifo)?")
+_EVENT_BUS = re.compile(r"[A-Za-z0-9/._-]{1,256}")
+_SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d+:secret:[A-Za-z0-9/_+=.@-]+")
 
 
-def _check_scheme(url: str, allowed: tuple[str, ...]) -> str:
-    scheme = urlsplit(url).scheme
+def _parse(kind: str, url: str):
+    """``url`` parsed by pydantic's network type; its error message (never the input) otherwise."""
+    try:
+        return _URLS[kind].validate_python(url)
+    except ValidationError as exc:
+        raise ValueError(exc.errors()[0]["msg"]) from None
+
+
+def _query(url: str) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+
+
+def _scheme(url: str, allowed: tuple[str, ...]) -> str:
+    scheme = url.partition("://")[0] if "://" in url else ""
     if scheme not in allowed:
-        raise ValueError(f"scheme must be one of {', '.join(s + '://' for s in allowed)}, got {url!r}")
+        raise ValueError(f"scheme must be one of {', '.join(s + '://' for s in allowed)}")
+    return scheme
+
+
+def _file_url(url: str) -> str:
+    parts = urlsplit(url)
+    if not parts.path or not ((parts.netloc or "") + parts.path).strip("/"):
+        raise ValueError("file:// URL needs a path, e.g. file:///var/lib/consolidator/out.jsonl")
     return url
 
 
-class _Base(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
+def _sqs_url(url: str) -> str:
+    parsed = _parse("any", url)
+    if not (parsed.host or "").startswith("sqs.") or not _SQS_PATH.fullmatch(parsed.path or ""):
+        raise ValueError("must be sqs://sqs.<region>.amazonaws.com/<12-digit account>/<queue name>")
+    return url
 
-    database_url: str | None = Field(
-        None, description="mysql://user:password@host:3306/db[?ssl_ca=/path/ca.pem]"
+
+def check_database_url(url: str) -> str:
+    """``mysql://user:password@host:port/database?ssl=true&ssl_ca=/path/ca.pem``"""
+    _scheme(url, ("mysql",))
+    _parse("mysql", url)
+    from consolidator.store.connection import ConnectionParams
+
+    try:
+        params = ConnectionParams.from_url(url)  # the parser the store uses: same acceptance
+    except ValueError:
+        raise ValueError("not a mysql:// URL the store can read") from None
+    if not params.database.replace("_", "").replace("-", "").replace("$", "").isalnum():
+        raise ValueError("database name must be letters, digits, '_', '-' or '$'")
+    if params.ssl_ca is not None and not Path(params.ssl_ca).is_file():
+        raise ValueError(f"ssl_ca {params.ssl_ca!r} is not a readable file")
+    return url
+
+
+def check_redis_url(url: str) -> str:
+    """``redis://[:token@]host:6379/0`` or ``rediss://`` (TLS), as redis-py reads it."""
+    _scheme(url, ("redis", "rediss"))
+    _parse("redis", url)
+    db = urlsplit(url).path.strip("/")
+    if db and not (db.isdigit() and int(db) < 2**31):
+        raise ValueError(f"the path must be a database number, got {db!r:.40}")
+    from redis.connection import parse_url
+
+    try:
+        parse_url(url)  # the parser redis-py uses
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"redis-py cannot read it: {str(exc)[:80]}") from None
+    return url
+
+
+def check_sink_url(url: str) -> str:
+    """kafka://servers/topic[?auth=iam&region=..], sqs://, events://bus[?source=..], file://path"""
+    scheme = _scheme(url, SINK_SCHEMES)
+    if scheme == "kafka":
+        path = _parse("kafka", url).path or ""
+        if not re.fullmatch(r"/[A-Za-z0-9._-]{1,249}", path):
+            raise ValueError("kafka:// URL needs servers and one topic: kafka://host:9092,host2:9092/topic")
+        if _query(url).get("auth") not in (None, "iam"):
+            raise ValueError("kafka:// auth must be 'iam' when given")
+    elif scheme == "sqs":
+        _sqs_url(url)
+    elif scheme == "events":
+        bus = urlsplit(url).netloc
+        if not _EVENT_BUS.fullmatch(bus):
+            raise ValueError("events:// URL needs an event bus name (letters, digits, / . _ -)")
+    else:
+        _file_url(url)
+    return url
+
+
+def check_dead_letter_url(url: str) -> str:
+    return _sqs_url(url) if _scheme(url, DEAD_LETTER_SCHEMES) == "sqs" else _file_url(url)
+
+
+def _check_arn(arn: str) -> str:
+    if not _SECRET_ARN.fullmatch(arn):
+        raise ValueError("must be a Secrets Manager secret ARN: arn:aws:secretsmanager:<region>:<account>:secret:<name>")
+    return arn
+
+
+DatabaseUrl = Annotated[str, AfterValidator(check_database_url)]
+RedisUrl = Annotated[str, AfterValidator(check_redis_url)]
+SinkUrl = Annotated[str, AfterValidator(check_sink_url)]
+DeadLetterUrl = Annotated[str, AfterValidator(check_dead_letter_url)]
+SecretArn = Annotated[str, AfterValidator(_check_arn)]
+# Durations: finite, positive, and bounded so they convert to milliseconds without surprises.
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class _Base(BaseSettings):
+    # an empty variable counts as unset: "X is required" rather than "X: not a URL (got '')"
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore", env_ignore_empty=True)
+
+    database_url: DatabaseUrl | None = Field(
+        None, repr=False, description="mysql://user:password@host:3306/db[?ssl=true|ssl_ca=/path/ca.pem]"
     )
-    database_secret_arn: str | None = Field(
+    database_secret_arn: SecretArn | None = Field(
         None, description="Secrets Manager secret (RDS format) used when DATABASE_URL is unset"
     )
 
@@ -47,22 +174,16 @@ class _Base(BaseSettings):
     @model_validator(mode="after")
     def _one_database_source(self) -> Self:
         if not (self.database_url or self.database_secret_arn):
-            raise ValueError("set DATABASE_URL or DATABASE_SECRET_ARN")
+            raise ValueError(_NO_DATABASE)
         return self
 
-    @field_validator("database_url")
-    @classmethod
-    def _mysql_url(cls, url: str | None) -> str | None:
-        return None if url is None else _check_scheme(url, ("mysql",))
+
+_NO_DATABASE = f"set {ENV_PREFIX}DATABASE_URL or {ENV_PREFIX}DATABASE_SECRET_ARN"
 
 
 class _DeadLetter(BaseSettings):
-    dead_letter_url: str = Field(description="sqs://sqs.<region>.amazonaws.com/<account>/<queue> or file:///path.jsonl")
-
-    @field_validator("dead_letter_url")
-    @classmethod
-    def _dead_letter_scheme(cls, url: str) -> str:
-        return _check_scheme(url, DEAD_LETTER_SCHEMES)
+    dead_letter_url: DeadLetterUrl = Field(
+        repr=False, description="sqs://sqs.<region>.amazonaws.com/<account>/<queue> or file:///path.jsonl")
 
 
 class _Fields(BaseSettings):
@@ -71,7 +192,7 @@ class _Fields(BaseSettings):
     items_field: str = Field("items", min_length=1)
     sku_field: str = Field("sku", min_length=1)
     quantity_field: str = Field("quantity", min_length=1)
-    max_event_bytes: int = Field(256 * 1024, gt=0)
+    max_event_bytes: int = Field(256 * 1024, gt=0, le=6 * 1024 * 1024)  # Lambda's payload limit
 
     def field_names(self) -> FieldNames:
         return FieldNames(
@@ -84,10 +205,10 @@ class _Fields(BaseSettings):
 
 
 class _Policy(BaseSettings):
-    debounce_seconds: float = Field(300, gt=0)
-    hard_window_seconds: float = Field(1800, gt=0)
+    debounce_seconds: Seconds = Field(300, le=31 * DAY_SECONDS)
+    hard_window_seconds: Seconds = Field(1800, le=31 * DAY_SECONDS)
     max_batch_size: int = Field(500, gt=0, le=10_000)
-    tick_interval_seconds: float = Field(30, gt=0)
+    tick_interval_seconds: Seconds = Field(30, le=900)
 
     def policy(self) -> Policy:
         return Policy(
@@ -105,14 +226,14 @@ class IngestSettings(_DeadLetter, _Fields, _Base):
 class FlushSettings(_Policy, _DeadLetter, _Fields, _Base):
     """What the flush function needs."""
 
-    redis_url: str = Field(description="redis://host:6379/0 or rediss:// for TLS")
-    redis_auth_secret_arn: str | None = Field(
+    redis_url: RedisUrl = Field(repr=False, description="redis://host:6379/0 or rediss:// for TLS")
+    redis_auth_secret_arn: SecretArn | None = Field(
         None, description="Secrets Manager secret whose string is the Redis AUTH token"
     )
-    sink_url: str = Field(description="kafka://, sqs://, events:// or file:// destination of batches")
-    max_attempts: int = Field(5, ge=1)
-    lock_ttl_seconds: float = Field(60, gt=0, description="Redis lock TTL; set it to the flush timeout")
-    max_rows_per_tick: int = Field(20_000, gt=0)
+    sink_url: SinkUrl = Field(repr=False, description="kafka://, sqs://, events:// or file:// destination of batches")
+    max_attempts: int = Field(5, ge=1, le=100)
+    lock_ttl_seconds: Seconds = Field(60, le=900, description="Redis lock TTL; set it to the flush timeout")
+    max_rows_per_tick: int = Field(20_000, gt=0, le=1_000_000)
 
     # -- sink size limits (issue 10) ------------------------------------------------------------
     max_batch_bytes: int | None = Field(
@@ -126,16 +247,6 @@ class FlushSettings(_Policy, _DeadLetter, _Fields, _Base):
         False, description="seal each batch before its first publish so downstream can acknowledge its members"
     )
 
-    @field_validator("sink_url")
-    @classmethod
-    def _sink_scheme(cls, url: str) -> str:
-        return _check_scheme(url, SINK_SCHEMES)
-
-    @field_validator("redis_url")
-    @classmethod
-    def _redis_scheme(cls, url: str) -> str:
-        return _check_scheme(url, ("redis", "rediss"))
-
 
 class PolicySettings(_Policy, _Base):
     """What ``flush --dry-run`` needs: the database and the flush policy, nothing else."""
@@ -144,44 +255,60 @@ class PolicySettings(_Policy, _Base):
 class CleanupSettings(_Base):
     """What the cleanup function needs."""
 
-    retention_months: int = Field(3, ge=1)
-    partitions_ahead: int = Field(3, ge=1)
+    retention_months: int = Field(3, ge=1, le=120)
+    partitions_ahead: int = Field(3, ge=1, le=24)
 
     # Batch completion tracking (issue 12)
-    completion_max_age_seconds: float = Field(
-        7 * 86_400, gt=0, description="trackers never completed after this long are removed (orphans)"
+    completion_max_age_seconds: Seconds = Field(
+        7 * 86_400, le=10 * 365 * 86_400, description="trackers never completed after this long are removed (orphans)"
     )
 
 
 class CompletionSettings(_Base):
     """What reading completion trackers needs (``consolidator batch list``)."""
 
-    completion_deadline_seconds: float = Field(
-        3600, gt=0, description="a sent batch not complete after this long is overdue (IncompleteBatches)"
+    completion_deadline_seconds: Seconds = Field(
+        3600, le=365 * 86_400, description="a sent batch not complete after this long is overdue (IncompleteBatches)"
     )
 
 
 class AckSettings(CompletionSettings):
     """What the acks function (and ``consolidator batch ack``) needs."""
 
-    completion_sink_url: str = Field(
-        description="kafka://, sqs://, events:// or file:// destination of completion messages"
+    completion_sink_url: SinkUrl = Field(
+        repr=False, description="kafka://, sqs://, events:// or file:// destination of completion messages"
     )
-    completion_lease_seconds: float = Field(
-        60, gt=0, description="a completion not confirmed after this long is re-published (same id)"
+    completion_lease_seconds: Seconds = Field(
+        60, le=86_400, description="a completion not confirmed after this long is re-published (same id)"
     )
-
-    @field_validator("completion_sink_url")
-    @classmethod
-    def _completion_sink_scheme(cls, url: str) -> str:
-        return _check_scheme(url, SINK_SCHEMES)
 
 
 S = TypeVar("S", bound=BaseSettings)
 
 
+def mask(value: object) -> str:
+    """``value`` for an error message: URL credentials and secret query parameters masked,
+    at most 120 characters."""
+    text = value if isinstance(value, str) else repr(value)
+    at = text.rfind("@")  # user:password@ ends at the last "@", whatever the password holds
+    if at >= 0:
+        scheme_end = text.find("://")
+        start = scheme_end + 3 if 0 <= scheme_end < at else 0
+        text = text[:start] + "***" + text[at:]
+    text = re.sub(r"(?i)((?:password|passwd|pwd|token|secret|auth)=)[^&#]*", r"\1***", text)
+    return repr(text if len(text) <= 120 else text[:117] + "...")
+
+
+def _database_source_missing(model: type[BaseSettings]) -> bool:
+    if not issubclass(model, _Base):
+        return False
+    names = {f"{ENV_PREFIX}DATABASE_URL", f"{ENV_PREFIX}DATABASE_SECRET_ARN"}
+    return not any(value for name, value in os.environ.items() if name.upper() in names)
+
+
 def load_settings(model: type[S]) -> S:
-    """Read ``model`` from the environment, or raise one error naming every bad variable."""
+    """Read ``model`` from the environment, or raise one error naming every bad variable
+    (credentials masked, never a traceback's worth of pydantic detail)."""
     try:
         return model()
     except ValidationError as exc:
@@ -192,8 +319,9 @@ def load_settings(model: type[S]) -> S:
             if error["type"] == "missing":
                 problems.append(f"{name} is required but not set")
             elif name:
-                problems.append(f"{name}: {message} (got {error.get('input')!r})")
+                problems.append(f"{name}: {message} (got {mask(error.get('input'))})")
             else:
-                problems.append(message.replace("set DATABASE", f"set {ENV_PREFIX}DATABASE")
-                                .replace("or DATABASE", f"or {ENV_PREFIX}DATABASE"))
+                problems.append(message)
+        if _database_source_missing(model) and _NO_DATABASE not in problems:
+            problems.append(_NO_DATABASE)
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None

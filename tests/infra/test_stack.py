@@ -258,6 +258,8 @@ def test_every_alarm_exists_with_its_threshold_in_human_units(env):
         dimensions = {d["Name"]: d["Value"] for d in _metric(alarms[name])[2]}
         assert dimensions["environment"] == env.config.name, name
     assert alarms["FlushNotRunning"]["TreatMissingData"] == "breaching"
+    assert alarms["RecordsFailed"]["Dimensions"] == [{"Name": "service", "Value": "ingest"}]
+    assert (alarms["RecordsFailed"]["EvaluationPeriods"], alarms["RecordsFailed"]["Period"]) == (2, 300)
     assert alarms["FlushNotRunning"]["ComparisonOperator"] == "LessThanThreshold"
 
 

@@ -9,7 +9,11 @@ Guarantees:
   reported failed and not written; other partitions are unaffected (SEMANTICS section 11);
 - poison at or below its partition's high-water mark is a replay and is not dead-lettered
   again; the dead letter is still at-least-once (a poison record after a failure is reported
-  failed even when its entry was written, and is dead-lettered again when re-delivered).
+  failed even when its entry was written, and is dead-lettered again when re-delivered);
+- no input raises: a malformed envelope is dead-lettered like a poison value (see
+  :mod:`consolidator.msk`). What raises is a dependency failure Lambda must see as an error: a
+  piece of the event without a readable position whose dead-letter write failed, or a
+  database that refuses the credentials.
 """
 
 from __future__ import annotations
@@ -20,15 +24,16 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from consolidator.clock import Clock
-from consolidator.deadletter import DeadLetter, poison_entry
-from consolidator.errors import StoreError, StoreUnavailable
+from consolidator.deadletter import DeadLetter, poison_entry, rejected_entry
+from consolidator.errors import DeliveryError, StoreError, StoreUnavailable
 from consolidator.events import Event, FieldNames, KafkaRecord, PoisonEvent, SourcePosition, decode
-from consolidator.msk import batch_item_failures, records_from_event
+from consolidator.msk import Rejected, batch_item_failures, parse_event
 from consolidator.store.mysql import IngestCounts, MySQLStore
 
 log = logging.getLogger(__name__)
 
 Partition = tuple[str, int]
+_Poison = tuple[SourcePosition, dict, str, str]  # position, dead-letter entry, reason, detail
 _NEVER = 2**63  # above every offset: the partition is not cut
 
 
@@ -80,31 +85,51 @@ class IngestService:
     clock: Clock
     metrics: MetricsRecorder = field(default_factory=NoMetrics)
 
-    def handle_msk_event(self, event: dict) -> dict:
-        """The whole Lambda contract: MSK event in, partial batch response out."""
-        return batch_item_failures(self.ingest(records_from_event(event)).failed)
+    def handle_msk_event(self, event: object) -> dict:
+        """The whole Lambda contract: MSK event in, partial batch response out. No input makes
+        this raise; see :meth:`ingest` for the one dependency failure that does."""
+        parsed = parse_event(event)
+        return batch_item_failures(self.ingest(parsed.records, parsed.rejected).failed)
 
-    def ingest(self, records: Sequence[KafkaRecord]) -> IngestOutcome:
+    def ingest(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected] = ()) -> IngestOutcome:
+        """Store or dead-letter ``records`` and dead-letter the ``rejected`` pieces of their event.
+
+        Raises :class:`DeliveryError` only when a piece without a readable position could not be
+        dead-lettered: Lambda cannot be told about it, so the whole invocation fails and is
+        retried (nothing has been stored by then)."""
         outcome = IngestOutcome()
+        now = self.clock.now_ms()
+        unidentified = [r for r in rejected if r.position is None]
+        if unidentified:
+            if self.dead_letter.send([rejected_entry(r, now) for r in unidentified]):
+                raise DeliveryError(f"dead-letter write failed for {len(unidentified)} unidentifiable "
+                                    "piece(s) of the event; the invocation fails so Lambda retries it")
+            for r in unidentified:
+                log.warning("unidentifiable piece of the event dead-lettered",
+                            extra={"reason": str(r.reason), "detail": r.detail, "partition_key": r.partition_key})
+            outcome.dead_lettered += len(unidentified)
         events: list[Event] = []
-        poison: list[tuple[KafkaRecord, PoisonEvent]] = []
+        poison: list[_Poison] = [
+            (r.position, rejected_entry(r, now), str(r.reason), r.detail) for r in rejected if r.position is not None
+        ]
         for record in records:
             try:
                 events.append(decode(record, self.names, self.max_event_bytes))
             except PoisonEvent as error:
-                poison.append((record, error))
+                poison.append((record.position, poison_entry(record, error, now), str(error.reason), error.detail))
+        positions = [*(r.position for r in records), *(p for p, *_ in poison)]
         cut: dict[Partition, int] = {}  # per partition, the lowest offset not made durable
         try:
             settled = self._dead_letter(poison, outcome, cut)
         except StoreUnavailable as error:
             log.error("database unavailable; failing every record", extra={"error": str(error)})
-            for record in records:
-                _cut(cut, record.position)
+            for position in positions:
+                _cut(cut, position)
         else:
             self._store([*events, *settled], outcome, cut)
         if cut:
             outcome.failed = list(dict.fromkeys(
-                r.position for r in records if r.offset >= cut.get((r.topic, r.partition), _NEVER)))
+                p for p in positions if p.offset >= cut.get((p.topic, p.partition), _NEVER)))
         for name, value in (
             ("RecordsIngested", outcome.stored),
             ("RecordsCoalesced", outcome.coalesced),
@@ -144,36 +169,35 @@ class IngestService:
                     chunks += [[e] for e in reversed(chunk)]
         return outcome
 
-    def _dead_letter(self, poison: list[tuple[KafkaRecord, PoisonEvent]], outcome: IngestOutcome,
+    def _dead_letter(self, poison: list[_Poison], outcome: IngestOutcome,
                      cut: dict[Partition, int]) -> list[SourcePosition]:
         """Dead-letter the poison that is not a replay (the marks, read without a lock, tell);
         returns the positions whose entry is confirmed and cuts the partitions of the others."""
         if not poison:
             return []
-        marks = self.store.replay_marks({(r.topic, r.partition) for r, _ in poison})
+        marks = self.store.replay_marks({(p.topic, p.partition) for p, *_ in poison})
         fresh = []
-        for record, error in poison:
-            mark = marks.get((record.topic, record.partition))
-            if mark is not None and mark.is_replay(record.offset):
+        for item in poison:
+            position = item[0]
+            mark = marks.get((position.topic, position.partition))
+            if mark is not None and mark.is_replay(position.offset):
                 outcome.replayed += 1
             else:
-                fresh.append((record, error))
+                fresh.append(item)
         if not fresh:
             return []
-        now = self.clock.now_ms()
-        failed = self.dead_letter.send([poison_entry(record, error, now) for record, error in fresh])
+        failed = self.dead_letter.send([entry for _, entry, _, _ in fresh])
         settled = []
-        for index, (record, error) in enumerate(fresh):
+        for index, (position, _, reason, detail) in enumerate(fresh):
             if index in failed:
                 log.error("dead-letter write failed; record will be retried",
-                          extra={"source": record.position.as_dict(), "reason": str(error.reason)})
-                _cut(cut, record.position)
+                          extra={"source": position.as_dict(), "reason": reason})
+                _cut(cut, position)
             else:
                 log.warning("poison record dead-lettered",
-                            extra={"source": record.position.as_dict(), "reason": str(error.reason),
-                                   "detail": error.detail})
+                            extra={"source": position.as_dict(), "reason": reason, "detail": detail})
                 outcome.dead_lettered += 1
-                settled.append(record.position)
+                settled.append(position)
         return settled
 
     def _store(self, items: list[Event | SourcePosition], outcome: IngestOutcome, cut: dict[Partition, int]) -> None:

@@ -3,16 +3,53 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urlsplit
 
+from consolidator.errors import StoreRefused, StoreUnavailable
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 
+def _secret_reader(database_secret_arn: str):
+    """Reads the RDS-format secret; called at start and again whenever the database rejects the
+    credentials (a rotation), so a warm container picks up the new password."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from consolidator.aws_secrets import secret_string
+
+    def read() -> ConnectionParams:
+        try:
+            text = secret_string(database_secret_arn)
+        except (BotoCoreError, ClientError) as exc:
+            raise StoreUnavailable(f"database secret could not be read: {exc}") from exc
+        try:
+            return ConnectionParams.from_secret(json.loads(text))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreRefused(f"database secret is not in RDS format (host, port, username, password,"
+                               f" dbname): {type(exc).__name__} {exc}") from None
+
+    return read
+
+
 def open_store(database_url: str | None, database_secret_arn: str | None = None) -> MySQLStore:
-    """A store for the configured database; reads the secret once when only an ARN is given."""
-    if database_url:
+    """A store for the configured database.
+
+    - a URL with a user name: everything from the URL (the secret, if any, is not used);
+    - a secret ARN: everything from the secret, TLS verified against the RDS CA bundle;
+    - both, the URL without a user name: host, port, database and TLS options from the URL,
+      user and password from the secret (e.g. a local or proxied endpoint).
+    The secret is re-read when the database rejects its credentials (see ``Connection._open``)."""
+    if database_url and (not database_secret_arn or urlsplit(database_url).username):
         return MySQLStore(ConnectionParams.from_url(database_url))
     if not database_secret_arn:
         raise ValueError("a database URL or secret ARN is required")
-    from consolidator.aws_secrets import secret_string
+    read = _secret_reader(database_secret_arn)
+    if not database_url:
+        return MySQLStore(read(), credentials=read)
+    location = ConnectionParams.from_url(database_url)
 
-    return MySQLStore(ConnectionParams.from_secret(json.loads(secret_string(database_secret_arn))))
+    def credentials() -> ConnectionParams:
+        secret = read()
+        return ConnectionParams(location.host, location.port, secret.user, secret.password,
+                                location.database, location.ssl_ca, location.ssl)
+
+    return MySQLStore(credentials(), credentials=credentials)

@@ -1,11 +1,21 @@
 """Connection to MySQL 8.0 / Aurora MySQL 3 / MariaDB 10.11, and the one place driver errors
-are mapped: they leave this package as :class:`StoreError` or :class:`StoreUnavailable`."""
+are mapped: they leave this package as :class:`StoreError`, :class:`StoreUnavailable` or
+:class:`StoreRefused`.
+
+TLS, when on, is always verified: the server's certificate must chain to the configured CA file
+(``ssl_ca``) or, by default, to the Amazon RDS CA bundle shipped in ``store/certs`` (source and
+checksum in ``store/certs/README.md``), and must name the host connected to. A server that does
+not offer TLS is refused.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import ssl
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -14,10 +24,24 @@ import pymysql.cursors
 from pymysql.constants import SERVER_STATUS
 from pymysql.converters import escape_string
 
-from consolidator.errors import StoreError, StoreUnavailable
+from consolidator.errors import StoreError, StoreRefused, StoreUnavailable
+
+log = logging.getLogger(__name__)
 
 # Client error codes meaning "the server is not there" rather than "this statement is wrong".
-_UNAVAILABLE_CODES = {1040, 1045, 1049, 1053, 2002, 2003, 2005, 2006, 2013, 2055}
+_UNAVAILABLE_CODES = {1040, 1049, 1053, 2002, 2003, 2005, 2006, 2013, 2055}
+ACCESS_DENIED = 1045  # wrong user or password: not an outage (see Connection._open)
+SSL_NOT_OFFERED = 2026  # CR_SSL_CONNECTION_ERROR: TLS required, the server does not offer it
+RDS_CA_BUNDLE = Path(__file__).with_name("certs") / "rds-ca-bundle.pem"
+
+
+def tls_context(ca_file: str | Path | None) -> ssl.SSLContext:
+    """Verify the server certificate against ``ca_file`` (default: the RDS CA bundle) and the
+    host name: no unverified fallback."""
+    context = ssl.create_default_context(cafile=str(ca_file or RDS_CA_BUNDLE))
+    context.check_hostname = True
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 @dataclass(frozen=True)
@@ -32,7 +56,8 @@ class ConnectionParams:
 
     @classmethod
     def from_url(cls, url: str) -> ConnectionParams:
-        """``mysql://user:password@host:port/database?ssl=true&ssl_ca=/path/ca.pem``"""
+        """``mysql://user:password@host:port/database?ssl=true&ssl_ca=/path/ca.pem``: ``ssl=true``
+        verifies against the RDS CA bundle, ``ssl_ca`` against that file."""
         parts = urlsplit(url)
         if parts.scheme != "mysql" or not parts.hostname:
             raise ValueError(f"not a mysql:// URL with a host: {url!r}")
@@ -49,7 +74,8 @@ class ConnectionParams:
 
     @classmethod
     def from_secret(cls, secret: dict) -> ConnectionParams:
-        """An RDS-managed secret: host, port, username, password, dbname. TLS is always on."""
+        """An RDS-managed secret: host, port, username, password, dbname. TLS is always on,
+        verified against the RDS CA bundle."""
         return cls(
             host=secret["host"],
             port=int(secret.get("port", 3306)),
@@ -93,21 +119,46 @@ def _multi_row(head: str, tail: str, rows: Iterable[str], max_bytes: int = 1_000
 class Connection:
     """One connection, used by one thread at a time. Reconnects after the server went away."""
 
-    def __init__(self, params: ConnectionParams, *, connect_timeout: int = 5, local_infile: bool = False):
+    def __init__(self, params: ConnectionParams, *, connect_timeout: int = 5, local_infile: bool = False,
+                 credentials: Callable[[], ConnectionParams] | None = None):
+        """``credentials`` re-reads the connection parameters (the database secret) when the
+        server rejects the current ones: see :meth:`_open`."""
         self.params = params
         self._connect_timeout = connect_timeout
         self._local_infile = local_infile
+        self._credentials = credentials
+        self._tls: tuple[str | None, ssl.SSLContext] | None = None
         self._connection: pymysql.connections.Connection | None = None
 
     @classmethod
     def from_url(cls, url: str, **kwargs) -> Self:
         return cls(ConnectionParams.from_url(url), **kwargs)
 
+    def _tls_context(self) -> ssl.SSLContext | None:
+        if not self.params.ssl:
+            return None
+        if self._tls is None or self._tls[0] != self.params.ssl_ca:
+            self._tls = (self.params.ssl_ca, tls_context(self.params.ssl_ca))
+        return self._tls[1]
+
+    def _open(self) -> pymysql.connections.Connection:
+        """Connect. Access denied (1045) with a ``credentials`` source re-reads it once and
+        retries: a rotated secret is picked up by a warm container. Still denied (or no source
+        to re-read) raises :class:`StoreRefused` through :meth:`_errors`, never "unavailable"."""
+        try:
+            return self._connect()
+        except pymysql.err.OperationalError as exc:
+            if _code(exc) != ACCESS_DENIED or self._credentials is None:
+                raise
+        log.warning("database refused the credentials; re-reading them once",
+                    extra={"user": self.params.user, "host": self.params.host})
+        fresh = self._credentials()
+        # the location and TLS of this connection stay; the credentials are what rotates
+        self.params = replace(self.params, user=fresh.user, password=fresh.password)
+        return self._connect()
+
     def _connect(self) -> pymysql.connections.Connection:
         p = self.params
-        ssl = None
-        if p.ssl:
-            ssl = {"ca": p.ssl_ca} if p.ssl_ca else {"check_hostname": False}
         return pymysql.connect(
             host=p.host,
             port=p.port,
@@ -119,7 +170,7 @@ class Connection:
             connect_timeout=self._connect_timeout,
             read_timeout=60,
             write_timeout=60,
-            ssl=ssl,
+            ssl=self._tls_context(),
             local_infile=self._local_infile,
             init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
             cursorclass=pymysql.cursors.DictCursor,
@@ -130,7 +181,19 @@ class Connection:
         try:
             yield
         except pymysql.err.MySQLError as exc:
-            code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+            code = _code(exc)
+            cause = getattr(exc, "original_exception", None)
+            if code == ACCESS_DENIED:
+                self.close()
+                again = " after re-reading the secret" if self._credentials else ""
+                raise StoreRefused(f"database refused the credentials of user {self.params.user!r}{again}"
+                                   f" (access denied, 1045): check the password in the database URL or"
+                                   f" secret and the user's grants") from exc
+            if code == SSL_NOT_OFFERED or isinstance(cause, ssl.SSLCertVerificationError):
+                self.close()
+                raise StoreRefused(f"database TLS refused: {cause or exc.args[-1]}; the server must offer"
+                                   f" TLS with a certificate from the configured CA for host"
+                                   f" {self.params.host!r}") from exc
             if isinstance(exc, pymysql.err.InterfaceError) or code in _UNAVAILABLE_CODES:
                 self.close()
                 raise StoreUnavailable(f"database unavailable: {exc}") from exc
@@ -144,7 +207,7 @@ class Connection:
         """A cursor inside one transaction: committed on success, rolled back on any error."""
         with self._errors():
             if self._connection is None or not self._connection.open:
-                self._connection = self._connect()
+                self._connection = self._open()
             connection = self._connection
             try:
                 with connection.cursor() as cursor:
@@ -166,6 +229,10 @@ class Connection:
     def ping(self) -> None:
         with self.transaction() as cur:
             cur.execute("SELECT 1")
+
+def _code(exc: pymysql.err.MySQLError) -> int | None:
+    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+
 
 def recreate_database(params: ConnectionParams) -> None:
     """Drop and create ``params.database`` (empty, utf8mb4_bin): for throwaway databases such

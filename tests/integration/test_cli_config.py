@@ -1,0 +1,35 @@
+"""Configuration errors in the CLI: exit code 2, one line naming every bad variable, no
+traceback, no credential."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BAD = {
+    "CONSOLIDATOR_DATABASE_URL": "mysql://app:hunter2@db:notaport/x",
+    "CONSOLIDATOR_REDIS_URL": "redis://:tok3n@cache:6379/zero",
+    "CONSOLIDATOR_SINK_URL": "kafka://b1:9092",
+    "CONSOLIDATOR_DEAD_LETTER_URL": "file://",
+    "CONSOLIDATOR_TICK_INTERVAL_SECONDS": "inf",
+}
+
+
+@pytest.mark.parametrize(("command", "names"), [
+    (["status"], ["CONSOLIDATOR_DATABASE_URL"]),
+    (["flush", "--dry-run"], list(BAD)),
+])
+def test_bad_configuration_exits_2_naming_every_variable_without_secrets(command, names):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONSOLIDATOR_")}
+    result = subprocess.run([str(Path(sys.executable).parent / "consolidator"), *command], env={**env, **BAD},
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    output = result.stdout + result.stderr
+    for name in names:
+        assert name in output
+    assert "Traceback" not in output
+    assert "hunter2" not in output and "tok3n" not in output
