@@ -2,7 +2,8 @@
 
 ``batch_id`` is a function of the group key and the members' source positions only, so
 every engine, every retry and every replay of the same claim yields the same id.
-The JSON Schema is ``schemas/batch-v1.schema.json``.
+The JSON Schema is ``schemas/batch-v1.schema.json`` (``batch-v1.1.schema.json`` adds the optional
+``held_back_ms`` of a rate-limited group).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason
 
 SCHEMA_VERSION = 1
+SCHEMA_MINOR_HELD_BACK = 1  # v1.1: optional ``held_back_ms`` (schemas/batch-v1.1.schema.json)
 
 
 class Member(NamedTuple):
@@ -32,6 +34,7 @@ class Member(NamedTuple):
     first_seen_ms: int
     last_update_ms: int
     merged_events: int = 1
+    record_ts_ms: int | None = None  # record timestamp of the newest event (for the TTL)
 
     def order_key(self) -> tuple:
         """(first_seen, position): positions compare like their stored ``pos_key`` bytes."""
@@ -56,10 +59,13 @@ def iso_ms(epoch_ms: int) -> str:
 
 
 def build_message(
-    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int
+    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
+    held_back_ms: int = 0,
 ) -> dict:
     """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
-    position's items count; quantities are summed per sku across items."""
+    position's items count; quantities are summed per sku across items. A group held back by
+    its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1); every other message is
+    exactly v1, so consumers of v1 see no change while no rate limit holds a group back."""
     if not members:
         raise ValueError("a batch needs at least one member")
     newest_per_item: dict[str, Member] = {}
@@ -85,7 +91,7 @@ def build_message(
         "last_event_at": iso_ms(max(m.last_update_ms for m in members)),
         "flushed_at": iso_ms(flushed_at_ms),
         "members": [p.as_dict() for p in positions],
-    }
+    } | ({"schema_minor": SCHEMA_MINOR_HELD_BACK, "held_back_ms": held_back_ms} if held_back_ms > 0 else {})
 
 
 def encode(message: dict) -> bytes:
@@ -96,5 +102,6 @@ def encode(message: dict) -> bytes:
         return json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def load_schema() -> dict:
-    return json.loads(resources.files("consolidator.schemas").joinpath("batch-v1.schema.json").read_text())
+def load_schema(version: str = "1") -> dict:
+    """The JSON Schema of the message: ``"1"`` or ``"1.1"`` (v1 plus the optional held-back field)."""
+    return json.loads(resources.files("consolidator.schemas").joinpath(f"batch-v{version}.schema.json").read_text())

@@ -19,7 +19,7 @@ def test_upgrade_from_version_1_keeps_rows_and_they_flush(database_url, monkeypa
     store.ingest(events[:1], T0)  # written under version 1: batch_id NULL, 'A' = 'A '
 
     monkeypatch.setattr(schema, "_migrations", every)
-    assert store.migrate(T0) == [2, 3]
+    assert store.migrate(T0) == [version for version, _, _ in every(0, "utf8mb4_bin")][1:]
     assert store.migrate(T0) == []
     assert sql(store, "SELECT item_id, batch_id FROM buffer_rows") == [{"item_id": "A", "batch_id": ""}]
     store.ingest(events[1:], T0)

@@ -1,11 +1,12 @@
 """The buffer on MySQL 8.0 / Aurora MySQL 3 / MariaDB 10.11: one store object composed of one
-part per concern (schema, buffer, batches, partitions). Every SQL statement lives in this package."""
+part per concern (schema, buffer, batches, partitions, limits). Every SQL statement lives in this package."""
 
 from __future__ import annotations
 
 from consolidator.store.batches import BatchStore, ClaimedBatch
 from consolidator.store.buffer import BufferStore, IngestCounts
 from consolidator.store.connection import ConnectionParams, recreate_database
+from consolidator.store.limits import ExpiryBatch, LimitStore
 from consolidator.store.partitions import (
     BUFFER_TABLES,
     MAXVALUE_PARTITION,
@@ -13,13 +14,14 @@ from consolidator.store.partitions import (
     PartitionInfo,
     PartitionStore,
 )
+from consolidator.store.rate import Throttled
 from consolidator.store.schema import SchemaStore
 
 __all__ = [
-    "BUFFER_TABLES", "MAXVALUE_PARTITION", "UNSENT", "ClaimedBatch", "ConnectionParams", "IngestCounts",
-    "MySQLStore", "PartitionInfo", "recreate_database",
+    "BUFFER_TABLES", "MAXVALUE_PARTITION", "UNSENT", "ClaimedBatch", "ConnectionParams", "ExpiryBatch", "IngestCounts",
+    "MySQLStore", "PartitionInfo", "Throttled", "recreate_database",
 ]
 
 
-class MySQLStore(SchemaStore, BufferStore, BatchStore, PartitionStore):
+class MySQLStore(SchemaStore, BufferStore, BatchStore, PartitionStore, LimitStore):
     """One connection, used by one thread at a time. Reconnects after the server went away."""
