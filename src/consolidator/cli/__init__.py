@@ -12,10 +12,12 @@ from consolidator.cli import demo, flush, status  # noqa: F401 (they register th
 from consolidator.cli.base import app
 from consolidator.cli.db import db_app
 from consolidator.cli.dlq import dlq_app
+from consolidator.cli.limits import limits_app
 from consolidator.cli.partitions import partitions_app
 
 app.add_typer(db_app, name="db")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(limits_app, name="limits")
 app.add_typer(partitions_app, name="partitions")
 
 __all__ = ["app", "main"]

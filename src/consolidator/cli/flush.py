@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from consolidator.batch import iso_ms
 from consolidator.cli.base import (
     EXIT_FAILED,
     JsonOption,
@@ -39,20 +40,22 @@ def flush(
         service.sink.close()
         now = wall_clock_ms()
         due = [
-            {"group_key": g.group_key, "reason": str(reason), "pending": g.pending,
-             "oldest_age_s": round((now - g.oldest_first_seen_ms) / 1000, 3),
-             "idle_s": round((now - g.newest_update_ms) / 1000, 3)}
-            for g, reason in service.due()
+            {"group_key": d.stats.group_key, "reason": str(d.reason), "pending": d.stats.pending,
+             "oldest_age_s": round((now - d.stats.oldest_first_seen_ms) / 1000, 3),
+             "idle_s": round((now - d.stats.newest_update_ms) / 1000, 3),
+             "throttled_until_ms": d.throttled_until_ms}
+            for d in service.dry_run()
         ]
         if as_json:
             emit_json({"dry_run": True, "due": due})
             return
         table = Table(title=f"due groups ({len(due)}); nothing was claimed")
-        for column in ("group", "reason", "pending", "oldest", "idle"):
+        for column in ("group", "reason", "pending", "oldest", "idle", "rate limit"):
             table.add_column(column)
         for d in due:
+            until = d["throttled_until_ms"]
             table.add_row(d["group_key"], d["reason"], str(d["pending"]), f"{d['oldest_age_s']:.0f}s",
-                          f"{d['idle_s']:.0f}s")
+                          f"{d['idle_s']:.0f}s", "-" if until is None else f"due but throttled until {iso_ms(until)}")
         out.print(table)
         return
     try:

@@ -9,7 +9,13 @@ Guarantees (SEMANTICS sections 5 and 8):
 - CLAIMED batches are re-published first on every tick; after ``max_attempts`` failed
   publishes a batch goes to the dead-letter destination and only then becomes DEAD (S, L);
 - the Redis lock only avoids duplicate work: two flushers at once stay correct because
-  claims and marks are conditional statements in the store.
+  claims and marks are conditional statements in the store;
+- rate limit (per group, the policy's default or the group's override from the store): each
+  claim checks and updates the group's rate state in its own transaction; a refused group
+  stays PENDING and the tick moves on to the next group (``GroupsThrottled``);
+- TTL: rows of a due group whose newest event is older than ``policy.ttl_ms`` are claimed under
+  an expiry record, written to the dead-letter destination (reason ``expired``) and only then
+  marked EXPIRED (``EventsExpired``); until confirmed they stay CLAIMED and are retried.
 """
 
 from __future__ import annotations
@@ -21,13 +27,22 @@ from dataclasses import dataclass, field
 
 from consolidator.batch import build_message, encode
 from consolidator.clock import Clock
-from consolidator.deadletter import DeadLetter, dead_batch_entry
+from consolidator.deadletter import DeadLetter, dead_batch_entry, expired_entry
 from consolidator.errors import LockUnavailable, StoreError
 from consolidator.lock import RedisLock
-from consolidator.policy import FlushReason, GroupStats, Policy, due_groups, due_reason
+from consolidator.policy import (
+    FlushReason,
+    GroupStats,
+    Policy,
+    RateLimit,
+    due_groups,
+    due_reason,
+    expiry_cutoff_ms,
+    next_allowed_ms,
+)
 from consolidator.services.ingest import MetricsRecorder, NoMetrics
 from consolidator.sinks import OutgoingBatch, Sink
-from consolidator.store.mysql import ClaimedBatch, MySQLStore
+from consolidator.store.mysql import ClaimedBatch, ExpiryBatch, MySQLStore, Throttled
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +68,17 @@ class TickReport:
     published: list[PublishedBatch] = field(default_factory=list)  # confirmed by the sink
     dead: int = 0  # batches that became DEAD this tick
     publish_failures: int = 0
+    throttled: dict[str, int] = field(default_factory=dict)  # due groups refused: next allowed time
+    expired: int = 0  # rows dead-lettered as expired and marked EXPIRED this tick
+
+
+@dataclass(frozen=True)
+class DueGroup:
+    """A due group as the dry run shows it: throttled until ``throttled_until_ms`` when set."""
+
+    stats: GroupStats
+    reason: FlushReason
+    throttled_until_ms: int | None
 
 
 @dataclass
@@ -83,6 +109,27 @@ class FlushService:
     def due(self) -> list[tuple[GroupStats, FlushReason]]:
         """Dry run: the groups due now with their reasons, oldest first. Claims nothing."""
         return due_groups(self.store.pending_group_stats(), self.clock.now_ms(), self.policy)
+
+    def dry_run(self) -> list[DueGroup]:
+        """:meth:`due`, each group with the time its rate limit allows its next batch (None
+        when it is not held back now). Claims nothing, writes nothing."""
+        now = self.clock.now_ms()
+        due = self.due()
+        limits = self._limits()
+        states = self.store.rate_states([g.group_key for g, _ in due if self._limit(limits, g.group_key)])
+        result = []
+        for group, reason in due:
+            limit, state = self._limit(limits, group.group_key), states.get(group.group_key)
+            until = None if limit is None or state is None else next_allowed_ms(state.recent_ms, now, limit)
+            result.append(DueGroup(group, reason, until if until is not None and until > now else None))
+        return result
+
+    def _limits(self) -> dict[str, RateLimit]:
+        """The per-group overrides: the policy's, then the store's (``consolidator limits``)."""
+        return {**dict(self.policy.rate_overrides), **self.store.limits()}
+
+    def _limit(self, limits: dict[str, RateLimit], group_key: str) -> RateLimit | None:
+        return limits.get(group_key, self.policy.rate_limit)
 
     # -- one tick ----------------------------------------------------------------------------
 
@@ -131,16 +178,36 @@ class FlushService:
             oldest = min(s.oldest_first_seen_ms for s in stats)
             self.metrics.add_metric(name="OldestPendingAge", unit="Milliseconds", value=max(0, now - oldest))
         outbox: list[ClaimedBatch] = []
+        limits = self._limits() if stats else {}
+        cutoff = expiry_cutoff_ms(now, self.policy)
         for group, reason in due_groups(stats, now, self.policy):
+            if cutoff is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
+                expired = self._expire(group.group_key, cutoff, now, report)
+                if expired:
+                    rows += expired
+                    left = self.store.pending_group_stats(group.group_key)
+                    reason = due_reason(left[0], now, self.policy) if left else None
+            limit = self._limit(limits, group.group_key)
             while reason is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
                 try:
-                    batch = self.store.claim(group.group_key, reason, self.policy.max_batch_size, now)
+                    batch = self.store.claim(group.group_key, reason, self.policy.max_batch_size, now,
+                                             rate=limit, expired_before_ms=cutoff)
                 except StoreError as error:
                     log.warning("claim skipped this tick", extra={"group_key": group.group_key,
                                                                   "error": str(error)})
                     break
                 if batch is None:
                     break
+                if isinstance(batch, Throttled):
+                    report.throttled[group.group_key] = batch.until_ms
+                    self.metrics.add_metric(name="GroupsThrottled", unit="Count", value=1)
+                    log.info("due group throttled by its rate limit",
+                             extra={"group_key": group.group_key, "until_ms": batch.until_ms,
+                                    "since_ms": batch.since_ms})
+                    break
+                if batch.held_back_ms:
+                    self.metrics.add_metric(name="ThrottledWaitSeconds", unit="Seconds",
+                                            value=batch.held_back_ms / 1000)
                 log.info("batch claimed", extra={"batch_id": batch.batch_id, "group_key": batch.group_key,
                                                  "reason": str(reason), "size": len(batch.members)})
                 rows += len(batch.members)
@@ -163,6 +230,17 @@ class FlushService:
         for head in heads:
             if rows >= self.max_rows_per_tick or not self._time_left(remaining_ms):
                 break
+            if head["kind"] == "expiry":  # its dead-letter write failed on an earlier tick
+                try:
+                    expiry = self.store.load_expiry(head["batch_id"])
+                except StoreError as error:
+                    log.warning("expired rows not loaded; retried next tick",
+                                extra={"batch_id": head["batch_id"], "error": str(error)})
+                    continue
+                if expiry is not None and expiry.members:
+                    rows += len(expiry.members)
+                    self._dead_letter_expired(expiry, report)
+                continue
             try:
                 batch = self.store.load_batch(head["batch_id"])
             except StoreError as error:
@@ -185,6 +263,47 @@ class FlushService:
         self._deliver(chunk, report)
         return rows
 
+    def _expire(self, group_key: str, cutoff_ms: int, now: int, report: TickReport) -> int:
+        """Claim the group's rows over the TTL (chunks of ``max_batch_size``) and dead-letter them.
+        Returns the rows claimed for expiry."""
+        claimed = 0
+        while True:
+            try:
+                expiry = self.store.claim_expired(group_key, cutoff_ms, self.policy.max_batch_size, now)
+            except StoreError as error:
+                log.warning("expiry skipped this tick", extra={"group_key": group_key, "error": str(error)})
+                return claimed
+            if expiry is None:
+                return claimed
+            claimed += len(expiry.members)
+            self._dead_letter_expired(expiry, report)
+            if len(expiry.members) < self.policy.max_batch_size:
+                return claimed
+
+    def _dead_letter_expired(self, expiry: ExpiryBatch, report: TickReport) -> None:
+        """Dead-letter expired rows (reason ``expired``); mark them EXPIRED only once confirmed.
+        A failed write leaves them CLAIMED under their expiry record: retried next tick, so an
+        entry can reach the dead-letter destination more than once, never zero times."""
+        now = self.clock.now_ms()
+        entries = [expired_entry(expiry.group_key, m, expiry.claimed_at_ms, now) for m in expiry.members]
+        if self.dead_letter.send(entries):
+            log.error("dead-letter write of expired rows failed; they stay CLAIMED and are retried next tick",
+                      extra={"batch_id": expiry.batch_id, "group_key": expiry.group_key,
+                             "rows": len(expiry.members)})
+            return
+        try:
+            marked = self.store.mark_expired(expiry.batch_id, now)
+        except StoreError as error:
+            log.error("dead-lettered expired rows not marked EXPIRED; retried next tick (duplicate entries possible)",
+                      extra={"batch_id": expiry.batch_id, "error": str(error)})
+            return
+        if marked:
+            report.expired += len(expiry.members)
+            self.metrics.add_metric(name="EventsExpired", unit="Count", value=len(expiry.members))
+            log.warning("rows over the event TTL sent to the dead-letter destination",
+                        extra={"batch_id": expiry.batch_id, "group_key": expiry.group_key,
+                               "rows": len(expiry.members)})
+
     def _deliver(self, batches: list[ClaimedBatch], report: TickReport) -> None:
         """Count the attempts, publish, wait for confirmation, mark the confirmed ones SENT in one
         conditional statement (or count the failures). A chunk whose mark fails stays CLAIMED
@@ -202,7 +321,8 @@ class FlushService:
             if batch.batch_id not in attempts:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
-            message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms)
+            message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
+                                    batch.held_back_ms)
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
             pending.append(_Pending(batch, attempts[batch.batch_id], encode(message)))
@@ -258,7 +378,8 @@ class FlushService:
     def _bury(self, batch: ClaimedBatch, attempts: int, error: str, report: TickReport) -> None:
         """Dead-letter the batch with its last error; mark it DEAD only once that is confirmed."""
         now = self.clock.now_ms()
-        message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms)
+        message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
+                                batch.held_back_ms)
         if self.dead_letter.send([dead_batch_entry(message, attempts, error, now)]):
             log.error("dead-letter write failed; batch stays CLAIMED and is retried next tick",
                       extra={"batch_id": batch.batch_id, "attempts": attempts})
