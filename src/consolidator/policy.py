@@ -166,6 +166,13 @@ def rate_window(recent_ms: Sequence[int], now_ms: int, limit: RateLimit) -> tupl
     return tuple(sorted(inside)[-limit.batches:])
 
 
+def rate_time(state: RateState, now_ms: int) -> int:
+    """The time a claim at ``now_ms`` counts at: never before the group's latest claim, so a
+    flusher whose clock is behind (a paused or slow tick) cannot slip a claim into a window
+    that is already full."""
+    return max(now_ms, state.recent_ms[-1]) if state.recent_ms else now_ms
+
+
 def next_allowed_ms(recent_ms: Sequence[int], now_ms: int, limit: RateLimit) -> int:
     """Earliest time >= ``now_ms`` at which one more claim keeps every window of ``period_ms``
     at ``batches`` claims or fewer."""
@@ -224,11 +231,12 @@ def plan_group(
     while remaining and (reason := due_reason(stats_of(group_key, remaining), now_ms, policy)):
         held = 0
         if limit is not None:
-            allowed_at = next_allowed_ms(rate.recent_ms, now_ms, limit)
-            if allowed_at > now_ms:
-                rate, until = refuse(rate, now_ms), allowed_at
+            at = rate_time(rate, now_ms)
+            allowed_at = next_allowed_ms(rate.recent_ms, at, limit)
+            if allowed_at > at:
+                rate, until = refuse(rate, at), allowed_at
                 break
-            rate, held = admit(rate, now_ms, limit)
+            rate, held = admit(rate, at, limit)
         claims.append(Claim(reason, remaining[: policy.max_batch_size], held))
         remaining = remaining[policy.max_batch_size :]
     return GroupPlan(claims, expired, remaining, rate, until)

@@ -57,12 +57,14 @@ class BatchStore(Connection):
         is before ``expired_before_ms`` are never claimed into a batch (they expire instead)."""
         for _ in range(2):
             with self.transaction() as cur:
-                state = None if rate is None else rate_gate(cur, group_key, rate, now_ms)
-                if isinstance(state, Throttled):
-                    return state
-                if rate is None or state is not None:
-                    return self._claim_rows(cur, group_key, reason, limit, now_ms, expired_before_ms,
-                                            None if rate is None else (rate, state))
+                gate = None if rate is None else rate_gate(cur, group_key, rate, now_ms)
+                if isinstance(gate, Throttled):
+                    return gate
+                if rate is None:
+                    return self._claim_rows(cur, group_key, reason, limit, now_ms, expired_before_ms, None)
+                if gate is not None:  # a limited claim counts (and is dated) at the rate state's time
+                    state, at = gate
+                    return self._claim_rows(cur, group_key, reason, limit, at, expired_before_ms, (rate, state))
             with self.transaction() as cur:  # the group's first limited claim: create its state row
                 ensure_rate_row(cur, group_key, now_ms)
         raise StoreError(f"rate state row of {group_key!r} still missing after it was created")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from consolidator.policy import RateLimit, RateState, admit, next_allowed_ms, refuse
+from consolidator.policy import RateLimit, RateState, admit, next_allowed_ms, rate_time, refuse
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,11 @@ def ensure_rate_row(cur, group_key: str, now_ms: int) -> None:
     )
 
 
-def rate_gate(cur, group_key: str, limit: RateLimit, now_ms: int) -> RateState | Throttled | None:
-    """Lock the group's rate state. Returns the state when one more claim is allowed now, a
-    :class:`Throttled` (refusal recorded) when not, None when the state row does not exist yet."""
+def rate_gate(cur, group_key: str, limit: RateLimit, now_ms: int) -> tuple[RateState, int] | Throttled | None:
+    """Lock the group's rate state. When one more claim is allowed, returns the state and the
+    time the claim counts at (:func:`~consolidator.policy.rate_time`, ``now_ms`` unless another
+    flusher already claimed later); a :class:`Throttled` (refusal recorded) when not; None when
+    the state row does not exist yet."""
     cur.execute(
         "SELECT recent_ms, throttled_since_ms FROM group_rate_state WHERE group_key = %s FOR UPDATE",
         (group_key,),
@@ -49,10 +51,11 @@ def rate_gate(cur, group_key: str, limit: RateLimit, now_ms: int) -> RateState |
     if row is None:
         return None
     state = RateState(decode_recent(row["recent_ms"]), row["throttled_since_ms"])
-    allowed_at = next_allowed_ms(state.recent_ms, now_ms, limit)
-    if allowed_at <= now_ms:
-        return state
-    refused = refuse(state, now_ms)
+    at = rate_time(state, now_ms)
+    allowed_at = next_allowed_ms(state.recent_ms, at, limit)
+    if allowed_at <= at:
+        return state, at
+    refused = refuse(state, at)
     cur.execute(
         "UPDATE group_rate_state SET throttled_since_ms = %s, throttled_until_ms = %s, updated_at_ms = %s"
         " WHERE group_key = %s",
