@@ -50,13 +50,16 @@ def flush(
             emit_json({"dry_run": True, "due": due})
             return
         table = Table(title=f"due groups ({len(due)}); nothing was claimed")
-        for column in ("group", "reason", "pending", "oldest", "idle", "rate limit"):
+        for column in ("group", "reason", "pending", "oldest", "idle", "throttled"):
             table.add_column(column)
         for d in due:
-            until = d["throttled_until_ms"]
             table.add_row(d["group_key"], d["reason"], str(d["pending"]), f"{d['oldest_age_s']:.0f}s",
-                          f"{d['idle_s']:.0f}s", "-" if until is None else f"due but throttled until {iso_ms(until)}")
+                          f"{d['idle_s']:.0f}s", "-" if d["throttled_until_ms"] is None else "yes")
         out.print(table)
+        for d in due:
+            if d["throttled_until_ms"] is not None:
+                out.print(f"{d['group_key']}: due but throttled until {iso_ms(d['throttled_until_ms'])}",
+                          highlight=False, soft_wrap=True)
         return
     try:
         if seconds is not None and not once:
