@@ -66,6 +66,11 @@ class Monitoring(Construct):
             "DeadBatches", product_metric("DeadBatches", "flush", period=five), threshold=0,
             what="A batch failed max_attempts publishes and went to the dead-letter queue.",
         )
+        self._alarm(
+            "EventsExpired", product_metric("EventsExpired", "flush", period=five), threshold=0,
+            what="Buffered events outlived the event TTL and went to the dead-letter queue as 'expired' "
+                 "(a throttled group's backlog, or a flush that is not keeping up).",
+        )
         for name, queue in (("DeadLetterQueueNotEmpty", t.dead_letter), ("IngestFailuresNotEmpty", t.ingest_failures)):
             self._alarm(
                 name, queue.metric_approximate_number_of_messages_visible(period=five, statistic="Maximum"),

@@ -81,6 +81,9 @@ class ConsolidatorStack(Stack):
                 f"{P}TICK_INTERVAL_SECONDS": str(policy.tick_interval_seconds),
                 f"{P}MAX_ATTEMPTS": str(policy.max_attempts),
                 f"{P}MAX_ROWS_PER_TICK": str(policy.max_rows_per_tick),
+                f"{P}RATE_LIMIT_BATCHES": str(policy.rate_limit_batches),
+                f"{P}RATE_LIMIT_PERIOD_SECONDS": str(policy.rate_limit_period_seconds),
+                f"{P}EVENT_TTL_SECONDS": str(policy.event_ttl_seconds),
                 f"{P}LOCK_TTL_SECONDS": str(fn.flush_timeout_seconds),
             },
         )

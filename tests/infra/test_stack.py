@@ -33,7 +33,7 @@ def test_each_environment_synthesizes_with_expected_resource_counts(env):
         "AWS::ElastiCache::ReplicationGroup": 1,
         "AWS::SecretsManager::Secret": 2,
         "AWS::SecretsManager::RotationSchedule": 1,
-        "AWS::CloudWatch::Alarm": 15,
+        "AWS::CloudWatch::Alarm": 16,  # 15 + EventsExpired
         "AWS::CloudWatch::Dashboard": 1,
         "AWS::EC2::VPC": 1,
         "AWS::EC2::NatGateway": config.network.nat_gateways,
@@ -189,6 +189,7 @@ def test_every_alarm_exists_with_its_threshold(env):
     expected = {
         "OldestPendingAge": ("OldestPendingAge", (policy.hard_window_seconds + 2 * policy.tick_interval_seconds) * 1000),
         "DeadBatches": ("DeadBatches", 0),
+        "EventsExpired": ("EventsExpired", 0),
         "DeadLetterQueueNotEmpty": ("ApproximateNumberOfMessagesVisible", 0),
         "IngestFailuresNotEmpty": ("ApproximateNumberOfMessagesVisible", 0),
         "IngestErrors": ("Errors", config.function_errors),
