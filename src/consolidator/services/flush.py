@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from consolidator.batch import build_message, encode
 from consolidator.clock import Clock
-from consolidator.deadletter import DeadLetter, dead_batch_entry, expired_entry
+from consolidator.deadletter import DeadLetter, dead_batch_entry
 from consolidator.errors import LockUnavailable, StoreError
 from consolidator.lock import RedisLock
 from consolidator.policy import (
@@ -40,9 +40,10 @@ from consolidator.policy import (
     expiry_cutoff_ms,
     next_allowed_ms,
 )
+from consolidator.services.expiry import Expiry
 from consolidator.services.ingest import MetricsRecorder, NoMetrics
 from consolidator.sinks import OutgoingBatch, Sink
-from consolidator.store.mysql import ClaimedBatch, ExpiryBatch, MySQLStore, Throttled
+from consolidator.store.mysql import ClaimedBatch, MySQLStore, Throttled
 
 log = logging.getLogger(__name__)
 
@@ -182,9 +183,10 @@ class FlushService:
         cutoff = expiry_cutoff_ms(now, self.policy)
         for group, reason in due_groups(stats, now, self.policy):
             if cutoff is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
-                expired = self._expire(group.group_key, cutoff, now, report)
-                if expired:
-                    rows += expired
+                claimed, expired = self._expiry().expire_group(group.group_key, cutoff, now)
+                report.expired += expired
+                if claimed:
+                    rows += claimed
                     left = self.store.pending_group_stats(group.group_key)
                     reason = due_reason(left[0], now, self.policy) if left else None
             limit = self._limit(limits, group.group_key)
@@ -239,7 +241,7 @@ class FlushService:
                     continue
                 if expiry is not None and expiry.members:
                     rows += len(expiry.members)
-                    self._dead_letter_expired(expiry, report)
+                    report.expired += self._expiry().settle(expiry)
                 continue
             try:
                 batch = self.store.load_batch(head["batch_id"])
@@ -263,46 +265,8 @@ class FlushService:
         self._deliver(chunk, report)
         return rows
 
-    def _expire(self, group_key: str, cutoff_ms: int, now: int, report: TickReport) -> int:
-        """Claim the group's rows over the TTL (chunks of ``max_batch_size``) and dead-letter them.
-        Returns the rows claimed for expiry."""
-        claimed = 0
-        while True:
-            try:
-                expiry = self.store.claim_expired(group_key, cutoff_ms, self.policy.max_batch_size, now)
-            except StoreError as error:
-                log.warning("expiry skipped this tick", extra={"group_key": group_key, "error": str(error)})
-                return claimed
-            if expiry is None:
-                return claimed
-            claimed += len(expiry.members)
-            self._dead_letter_expired(expiry, report)
-            if len(expiry.members) < self.policy.max_batch_size:
-                return claimed
-
-    def _dead_letter_expired(self, expiry: ExpiryBatch, report: TickReport) -> None:
-        """Dead-letter expired rows (reason ``expired``); mark them EXPIRED only once confirmed.
-        A failed write leaves them CLAIMED under their expiry record: retried next tick, so an
-        entry can reach the dead-letter destination more than once, never zero times."""
-        now = self.clock.now_ms()
-        entries = [expired_entry(expiry.group_key, m, expiry.claimed_at_ms, now) for m in expiry.members]
-        if self.dead_letter.send(entries):
-            log.error("dead-letter write of expired rows failed; they stay CLAIMED and are retried next tick",
-                      extra={"batch_id": expiry.batch_id, "group_key": expiry.group_key,
-                             "rows": len(expiry.members)})
-            return
-        try:
-            marked = self.store.mark_expired(expiry.batch_id, now)
-        except StoreError as error:
-            log.error("dead-lettered expired rows not marked EXPIRED; retried next tick (duplicate entries possible)",
-                      extra={"batch_id": expiry.batch_id, "error": str(error)})
-            return
-        if marked:
-            report.expired += len(expiry.members)
-            self.metrics.add_metric(name="EventsExpired", unit="Count", value=len(expiry.members))
-            log.warning("rows over the event TTL sent to the dead-letter destination",
-                        extra={"batch_id": expiry.batch_id, "group_key": expiry.group_key,
-                               "rows": len(expiry.members)})
+    def _expiry(self) -> Expiry:
+        return Expiry(self.store, self.dead_letter, self.clock, self.metrics, self.policy.max_batch_size)
 
     def _deliver(self, batches: list[ClaimedBatch], report: TickReport) -> None:
         """Count the attempts, publish, wait for confirmation, mark the confirmed ones SENT in one
