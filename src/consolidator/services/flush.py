@@ -39,6 +39,7 @@ from consolidator.policy import (
     due_reason,
     expiry_cutoff_ms,
     next_allowed_ms,
+    rate_time,
 )
 from consolidator.services.expiry import Expiry
 from consolidator.services.ingest import MetricsRecorder, NoMetrics
@@ -121,7 +122,8 @@ class FlushService:
         result = []
         for group, reason in due:
             limit, state = self._limit(limits, group.group_key), states.get(group.group_key)
-            until = None if limit is None or state is None else next_allowed_ms(state.recent_ms, now, limit)
+            until = (None if limit is None or state is None
+                     else next_allowed_ms(state.recent_ms, rate_time(state, now), limit))
             result.append(DueGroup(group, reason, until if until is not None and until > now else None))
         return result
 
