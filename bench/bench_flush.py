@@ -7,6 +7,12 @@ payloads and update their status in chunks of max_batch_size, one transaction pe
 Around each run it samples the database server's CPU from /proc (server_cpu.py) and this
 process's own CPU (the flusher's side).
 Prints a table of figures, then one JSON line including ratio_vs_sql_floor (file sink).
+With the rate limit off (the default) those figures are unchanged. One more variant,
+``file_limited``: the same drain with a rate limit on half the groups (one override per group,
+1 batch per minute; every claim of those groups locks, checks and updates the group's rate state
+in its own transaction; the state rows exist, as they do after a group's first limited claim). ``limited_ratio`` is
+its throughput over the unlimited file run (target >= 0.9: the limit must not cost the flush its
+speed). The TTL is off in every variant (the rows' record timestamps are fixed in the past).
 Not part of the test suite: `make bench-flush` (`--quick` for a 10x smaller run).
 """
 
@@ -26,7 +32,7 @@ from server_cpu import ServerCpu, per_record_us
 from consolidator.clock import ManualClock
 from consolidator.deadletter import FileDeadLetter
 from consolidator.events import Event, SourcePosition
-from consolidator.policy import Policy
+from consolidator.policy import Policy, RateLimit
 from consolidator.services.flush import FlushService
 from consolidator.sinks import Sink
 from consolidator.sinks.file import FileSink
@@ -35,6 +41,7 @@ from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 T0 = 1_795_000_000_000
 TARGET = 0.5
+LIMITED_TARGET = 0.9
 
 
 def make_events(rows: int, groups: int) -> list[Event]:
@@ -55,6 +62,8 @@ def reset_to_pending(store: MySQLStore) -> None:
     with store.transaction() as cur:
         cur.execute("UPDATE buffer_rows SET status = 'PENDING', batch_id = ''")
         cur.execute("DELETE FROM batches")
+        # rate state rows stay (created by a group's first limited claim ever): steady state
+        cur.execute("UPDATE group_rate_state SET recent_ms = '', throttled_since_ms = NULL, throttled_until_ms = NULL")
 
 
 def sql_floor(store: MySQLStore, batch_size: int) -> tuple[float, int]:
@@ -98,7 +107,7 @@ def drain(store: MySQLStore, sink: Sink, policy: Policy, tmp: Path, rows: int) -
         report = service.tick()
         if report.publish_failures or report.dead:
             raise SystemExit(f"publish failures during the benchmark: {report}")
-        if not report.published:
+        if not report.published and not report.throttled:
             break
         batches += len(report.published)
         clock.advance(policy.tick_interval_ms)
@@ -137,12 +146,15 @@ def main() -> None:
     loading = time.perf_counter()
     for start in range(0, len(events), 5_000):
         store.ingest(events[start:start + 5_000], T0 + start)
+    with store.transaction() as cur:  # the state rows of the groups the limited run limits
+        cur.executemany("INSERT INTO group_rate_state (group_key, recent_ms, updated_at_ms) VALUES (%s, '', %s)",
+                        [(f"WH-{group:04d}", T0) for group in range(0, args.groups, 2)])
     print(f"loaded {args.rows} PENDING rows in {args.groups} groups in {time.perf_counter() - loading:.1f} s",
           file=sys.stderr)
     policy = Policy(max_batch_size=args.batch_size)
 
     mock_owner = None
-    variants = ["sql_floor", "file"]
+    variants = ["sql_floor", "file", "file_limited"]
     if not args.no_kafka:
         from confluent_kafka import Producer
 
@@ -159,7 +171,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for run in range(args.repeat):
-            for name in variants:
+            # every other run swaps the two file drains: neither always follows the other's reset
+            order = variants if run % 2 == 0 else [
+                {"file": "file_limited", "file_limited": "file"}.get(v, v) for v in variants]
+            for name in order:
                 reset_to_pending(store)
                 before, cpu_before = cpu.sample(), time.process_time()
                 if name == "sql_floor":
@@ -170,6 +185,15 @@ def main() -> None:
                     written = sum(1 for _ in out.open())
                     if written != batches:
                         raise SystemExit(f"file sink has {written} lines for {batches} batches")
+                elif name == "file_limited":
+                    out = tmp / f"batches-limited-{run}.jsonl"
+                    for group in range(0, args.groups, 2):
+                        store.set_limit(f"WH-{group:04d}", RateLimit(1, 60_000), T0)
+                    seconds, batches = drain(store, FileSink(out), policy, tmp, args.rows)
+                    for group in range(0, args.groups, 2):
+                        store.clear_limit(f"WH-{group:04d}")
+                    if sum(1 for _ in out.open()) != batches:
+                        raise SystemExit("limited run: file sink lines differ from batches")
                 else:
                     sink = KafkaSink(bootstrap, f"bench-batches-{run}")
                     seconds, batches = drain(store, sink, policy, tmp, args.rows)
@@ -207,6 +231,13 @@ def main() -> None:
         }
     figures["target_ratio_vs_sql_floor"] = TARGET
     figures["meets_target"] = figures["ratio_vs_sql_floor"] >= TARGET
+    figures |= {
+        "limited_groups": (args.groups + 1) // 2,
+        "file_limited_rows_per_s": round(rate["file_limited"]),
+        "limited_ratio": round(rate["file_limited"] / rate["file"], 3),
+        "target_limited_ratio": LIMITED_TARGET,
+        "meets_limited_target": rate["file_limited"] / rate["file"] >= LIMITED_TARGET,
+    }
     store.close()
     with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
                          autocommit=True) as admin, admin.cursor() as cur:

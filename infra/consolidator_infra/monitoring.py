@@ -106,6 +106,12 @@ class Monitoring(Construct):
                  "database or the dead-letter queue is down; the partitions are stalled and retried.",
         )
 
+        self.alarm(
+            "EventsExpired", Severity.WARNING, product_metric("EventsExpired", "flush", env, period=FIVE), threshold=0,
+            what="Buffered events outlived the event TTL and went to the dead-letter queue as 'expired' "
+                 "(a throttled group's backlog, or a flush that is not keeping up).",
+        )
+
         # -- operator queues ------------------------------------------------------------------------
         for name, queue in (("DeadLetterQueueNotEmpty", t.dead_letter), ("IngestFailuresNotEmpty", t.ingest_failures)):
             self.alarm(

@@ -2,7 +2,8 @@
 
 ``batch_id`` is a function of the group key and the members' source positions only, so
 every engine, every retry and every replay of the same claim yields the same id.
-The JSON Schema is ``schemas/batch-v1.schema.json``.
+The JSON Schema is ``schemas/batch-v1.schema.json`` (``batch-v1.1.schema.json`` adds the optional
+``held_back_ms`` of a rate-limited group).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason, Policy
 
 SCHEMA_VERSION = 1
+SCHEMA_MINOR_HELD_BACK = 1  # v1.1: optional ``held_back_ms`` (schemas/batch-v1.1.schema.json)
 
 
 class Member(NamedTuple):
@@ -32,6 +34,7 @@ class Member(NamedTuple):
     first_seen_ms: int
     last_update_ms: int
     merged_events: int = 1
+    record_ts_ms: int | None = None  # record timestamp of the newest event (for the TTL)
 
     def order_key(self) -> tuple:
         """(first_seen, position): positions compare like their stored ``pos_key`` bytes."""
@@ -57,12 +60,14 @@ def iso_ms(epoch_ms: int) -> str:
 
 def build_message(
     group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
-    *, tracked: bool = False,
+    *, tracked: bool = False, held_back_ms: int = 0,
 ) -> dict:
     """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
     position's items count; quantities are summed per sku across items. ``tracked``: the
     batch is sealed for completion tracking; the message says so and each ``members`` entry
-    carries its item id (member i = i-th entry, what acks name by index)."""
+    carries its item id (member i = i-th entry, what acks name by index). A group held back by
+    its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1); every other message is
+    exactly v1, so consumers of v1 see no change while no rate limit holds a group back."""
     if not members:
         raise ValueError("a batch needs at least one member")
     newest_per_item: dict[str, Member] = {}
@@ -89,6 +94,8 @@ def build_message(
         "flushed_at": iso_ms(flushed_at_ms),
         "members": [p.as_dict() for p in positions],
     }
+    if held_back_ms > 0:
+        message |= {"schema_minor": SCHEMA_MINOR_HELD_BACK, "held_back_ms": held_back_ms}
     if tracked:
         item_of = {m.position: m.item_id for m in members}
         message["completion_tracking"] = True
@@ -164,5 +171,6 @@ def fit_claims(
             for batch in split_to_fit(group_key, members, reason, flushed_at_ms, policy.max_batch_bytes)]
 
 
-def load_schema() -> dict:
-    return json.loads(resources.files("consolidator.schemas").joinpath("batch-v1.schema.json").read_text())
+def load_schema(version: str = "1") -> dict:
+    """The JSON Schema of the message: ``"1"`` or ``"1.1"`` (v1 plus the optional held-back field)."""
+    return json.loads(resources.files("consolidator.schemas").joinpath(f"batch-v{version}.schema.json").read_text())

@@ -15,7 +15,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from consolidator import jsonlines
-from consolidator.batch import iso_ms
+from consolidator.batch import Member, iso_ms
 from consolidator.events import KafkaRecord, PoisonEvent
 from consolidator.msk import Rejected
 
@@ -88,6 +88,24 @@ def dead_batch_entry(message: dict, attempts: int, error: str, now_ms: int) -> d
         "detail": error,
         "attempts": attempts,
         "batch": message,
+        "dead_lettered_at": iso_ms(now_ms),
+    }
+
+
+def expired_entry(group_key: str, member: Member, expired_at_ms: int, now_ms: int) -> dict:
+    """The dead-letter message of a buffered row over the event TTL: its position, group, item,
+    items and age (expiry time minus the newest event's record timestamp)."""
+    return {
+        "kind": "expired",
+        "reason": "expired",
+        "source": member.position.as_dict(),
+        "group_key": group_key,
+        "item_id": member.item_id,
+        "items": [{"sku": sku, "quantity": quantity} for sku, quantity in member.items],
+        "merged_events": member.merged_events,
+        "record_ts_ms": member.record_ts_ms,
+        "age_ms": None if member.record_ts_ms is None else expired_at_ms - member.record_ts_ms,
+        "expired_at": iso_ms(expired_at_ms),
         "dead_lettered_at": iso_ms(now_ms),
     }
 

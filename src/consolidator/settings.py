@@ -31,7 +31,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consolidator.errors import ConfigurationError
 from consolidator.events import FieldNames
-from consolidator.policy import Policy
+from consolidator.policy import MAX_RATE_BATCHES, Policy, RateLimit
 
 ENV_PREFIX = "CONSOLIDATOR_"
 SINK_SCHEMES = ("kafka", "sqs", "events", "file")
@@ -216,7 +216,29 @@ class _Policy(BaseSettings):
             hard_window_ms=round(self.hard_window_seconds * 1000),
             max_batch_size=self.max_batch_size,
             tick_interval_ms=round(self.tick_interval_seconds * 1000),
+            rate_limit=self.rate_limit(),
+            ttl_ms=round(self.event_ttl_seconds * 1000),
         )
+
+    # Rate limit and event time-to-live (SEMANTICS section 10).
+    rate_limit_batches: int = Field(
+        0, ge=0, le=MAX_RATE_BATCHES,
+        description="Default limit: at most this many batches per group per period; 0 = no default limit"
+        " (per-group overrides from `consolidator limits set` still apply)",
+    )
+    rate_limit_period_seconds: float = Field(
+        60, gt=0, description="The period of RATE_LIMIT_BATCHES (a sliding window)"
+    )
+    event_ttl_seconds: float = Field(
+        21_600, ge=0,
+        description="Rows whose newest event's record timestamp is older than this when they would be"
+        " claimed go to the dead-letter destination as `expired`; 0 turns the TTL off",
+    )
+
+    def rate_limit(self) -> RateLimit | None:
+        if not self.rate_limit_batches:
+            return None
+        return RateLimit(self.rate_limit_batches, round(self.rate_limit_period_seconds * 1000))
 
 
 class IngestSettings(_DeadLetter, _Fields, _Base):
@@ -250,6 +272,10 @@ class FlushSettings(_Policy, _DeadLetter, _Fields, _Base):
 
 class PolicySettings(_Policy, _Base):
     """What ``flush --dry-run`` needs: the database and the flush policy, nothing else."""
+
+
+class LimitSettings(_Policy, _Base):
+    """What ``consolidator limits`` and ``status`` need: the database and the default rate limit."""
 
 
 class CleanupSettings(_Base):

@@ -228,7 +228,9 @@ def flush_env(env, tmp_path, monkeypatch) -> dict[str, str]:
 
     redis.Redis.from_url(REDIS_URL).delete("consolidator:flush-lock")
     values = env | {"CONSOLIDATOR_REDIS_URL": REDIS_URL,
-                    "CONSOLIDATOR_SINK_URL": f"file://{tmp_path / 'batches.jsonl'}"}
+                    "CONSOLIDATOR_SINK_URL": f"file://{tmp_path / 'batches.jsonl'}",
+                    # records carry the fixed T0 timestamp, days before the wall clock of the CLI
+                    "CONSOLIDATOR_EVENT_TTL_SECONDS": "0"}
     for name, value in values.items():
         monkeypatch.setenv(name, value)
     return values

@@ -42,7 +42,8 @@ def flush_env(monkeypatch, database_url, tmp_path):
 
 def test_handler_ticks_until_the_invocation_ends_and_publishes_due_groups(flush_env, store, clock, capsys):
     clock.set(time.time_ns() // 1_000_000 - 400_000)  # ingested 400 s ago: idle (debounce 300 s)
-    ingest(store, clock, [record(i, location=f"WH-{i % 2}", order=f"O{i}") for i in range(6)])
+    ingest(store, clock, [record(i, location=f"WH-{i % 2}", order=f"O{i}", timestamp_ms=clock.now_ms())
+                          for i in range(6)])  # fresh records: the default 6 h event TTL keeps them
     records: list[logging.LogRecord] = []
     collector = logging.Handler(logging.INFO)
     collector.emit = records.append

@@ -12,7 +12,7 @@ import pytest
 from consolidator.clock import ManualClock
 from consolidator.deadletter import FileDeadLetter
 from consolidator.events import FieldNames, KafkaRecord
-from consolidator.policy import Policy, next_tick_ms
+from consolidator.policy import Policy, RateLimit, next_tick_ms
 from consolidator.services.flush import FlushService
 from consolidator.services.ingest import IngestService
 from consolidator.sinks import sink_from_url
@@ -55,17 +55,17 @@ def history(seed: int = 7) -> list[KafkaRecord]:
     return records
 
 
-def serverless(records: list[KafkaRecord], store, tmp_path) -> tuple[list[dict], list[dict]]:
+def serverless(records: list[KafkaRecord], store, tmp_path, policy: Policy = POLICY) -> tuple[list[dict], list[dict]]:
     """Each record ingested with the clock at its timestamp; a flush tick at every multiple of
     tick_interval, after every record with timestamp <= tick; ticks go on until nothing is pending."""
     clock = ManualClock(0)
     dead_letter = FileDeadLetter(tmp_path / "serverless-dead.jsonl")
     ingest = IngestService(store, dead_letter, FieldNames(), 262_144, clock)
     sink = sink_from_url(f"file://{tmp_path / 'serverless-batches.jsonl'}")
-    flush = FlushService(store=store, sink=sink, dead_letter=dead_letter, policy=POLICY, clock=clock,
+    flush = FlushService(store=store, sink=sink, dead_letter=dead_letter, policy=policy, clock=clock,
                          max_attempts=3, max_rows_per_tick=1_000_000)
     ordered = sorted(records, key=lambda r: (r.timestamp_ms, r.position))
-    tick, index = next_tick_ms(ordered[0].timestamp_ms, POLICY), 0
+    tick, index = next_tick_ms(ordered[0].timestamp_ms, policy), 0
     while True:
         while index < len(ordered) and ordered[index].timestamp_ms <= tick:
             clock.set(ordered[index].timestamp_ms)
@@ -76,7 +76,7 @@ def serverless(records: list[KafkaRecord], store, tmp_path) -> tuple[list[dict],
         assert report.publish_failures == 0 and report.skipped is None
         if index == len(ordered) and not store.pending_group_stats():
             break
-        tick += POLICY.tick_interval_ms
+        tick += policy.tick_interval_ms
     return sink.read(), dead_letter.read()
 
 
@@ -112,3 +112,31 @@ def test_serverless_path_and_spark_replay_yield_identical_batches(spark, store, 
         return sorted((e["reason"], e["source"]["partition"], e["source"]["offset"]) for e in entries)
 
     assert poison(spark_dead) and poison(spark_dead) == sorted(set(poison(lambda_dead)))
+
+
+# 1 batch per 3 minutes per group, 4-minute TTL: busy groups build a backlog that partly expires
+LIMITED = Policy(debounce_ms=60_000, hard_window_ms=300_000, max_batch_size=4, tick_interval_ms=30_000,
+                 rate_limit=RateLimit(1, 180_000), ttl_ms=240_000)
+
+
+def test_identical_batches_and_expiries_with_throttling_and_ttl(spark, store, tmp_path):
+    from consolidator.spark.replay import NamedPolicy, replay
+    from consolidator.spark.transforms import records as to_records
+
+    records = history(seed=11)
+    lambda_batches, lambda_dead = serverless(records, store, tmp_path, LIMITED)
+    frame = to_records(spark.createDataFrame(
+        [(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value) for r in records],
+        "topic string, partition int, offset long, timestamp long, key binary, value binary"))
+    result = replay(frame, [NamedPolicy("limited", LIMITED)]).collect()
+    spark_batches = {m["batch_id"]: m for m in (json.loads(r["body"]) for r in result if r["kind"] == "batch")}
+    spark_expired = [json.loads(r["body"]) for r in result if r["kind"] == "expired"]
+
+    assert len(lambda_batches) == len({m["batch_id"] for m in lambda_batches})
+    assert spark_batches == {m["batch_id"]: m for m in lambda_batches}  # ids, members, reasons, held_back_ms
+    held = [m["held_back_ms"] for m in spark_batches.values() if "held_back_ms" in m]
+    assert held and min(held) > 0
+    lambda_expired = [e for e in lambda_dead if e["reason"] == "expired"]
+    assert spark_expired and sorted(spark_expired, key=json.dumps) == sorted(lambda_expired, key=json.dumps)
+    batched = {(p["partition"], p["offset"]) for m in spark_batches.values() for p in m["members"]}
+    assert not batched & {(e["source"]["partition"], e["source"]["offset"]) for e in spark_expired}

@@ -44,7 +44,8 @@ def test_replay_command_writes_batches_and_report(spark, tmp_path):
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = tmp_path / "out"
     result = runner.invoke(spark_app, ["replay", "--input", str(source), "--out", str(out),
-                                       "--debounce-ms", "60000,120000", "--max-batch-size", "2,500"])
+                                       "--debounce-ms", "60000,120000", "--max-batch-size", "2,500",
+                                       "--event-ttl-seconds", "0"])
     assert result.exit_code == 0, result.output
     assert "d60s-h1800s-n2-t30s: 6 in, 4 batches" in result.output  # 2 full + 2 idle
     report = json.loads((out / "report" / "report.json").read_text())
@@ -53,3 +54,31 @@ def test_replay_command_writes_batches_and_report(spark, tmp_path):
         ("d120s-h1800s-n2-t30s", 4), ("d120s-h1800s-n500-t30s", 2)]
     assert (out / "report" / "chart.png").stat().st_size > 1000
     assert len(list((out / "batches").glob("policy=*"))) == 4
+
+
+@pytest.mark.spark
+def test_replay_grid_of_rate_limits_and_ttls(spark, tmp_path):
+    """Six orders of one group 1 s apart, batches of 2: unlimited, all three batches go at the
+    first due tick; limited to 1 per 60 s, the second and third are each held back 60 s; a 90 s
+    TTL then expires the last two rows before their turn."""
+    source = tmp_path / "in.jsonl"
+    lines = [{"topic": "t", "partition": 0, "offset": i, "timestamp": 1_795_000_020_000 + i * 1000,
+              "value": json.dumps({"location_id": "G", "order_id": f"o{i}", "items": []})} for i in range(6)]
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "out"
+    result = runner.invoke(spark_app, ["replay", "--input", str(source), "--out", str(out),
+                                       "--debounce-ms", "60000", "--max-batch-size", "2",
+                                       "--rate-limit", "none,1/60", "--event-ttl-seconds", "0,90"])
+    assert result.exit_code == 0, result.output
+    report = {r["policy"]: r for r in json.loads((out / "report" / "report.json").read_text())}
+    assert sorted(report) == ["d60s-h1800s-n2-t30s", "d60s-h1800s-n2-t30s-r1per60s",
+                              "d60s-h1800s-n2-t30s-r1per60s-ttl90s", "d60s-h1800s-n2-t30s-ttl90s"]
+    assert report["d60s-h1800s-n2-t30s"]["held_back_batches"] == 0
+    limited = report["d60s-h1800s-n2-t30s-r1per60s"]
+    assert (limited["batches_out"], limited["held_back_batches"], limited["held_back_max_ms"]) == (3, 2, 60_000)
+    assert limited["expired"] == 0 and limited["unbatched"] == 0
+    expiring = report["d60s-h1800s-n2-t30s-r1per60s-ttl90s"]
+    assert (expiring["batches_out"], expiring["expired"], expiring["unbatched"]) == (2, 2, 0)
+    assert report["d60s-h1800s-n2-t30s-ttl90s"]["expired"] == 0
+    assert "rate-limit" not in result.output and "held back p95" in result.output
+    assert runner.invoke(spark_app, ["replay", "--out", "x", "--input", "y", "--rate-limit", "2/"]).exit_code != 0

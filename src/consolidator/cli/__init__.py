@@ -13,6 +13,7 @@ from consolidator.cli.base import app
 from consolidator.cli.batch import batch_app
 from consolidator.cli.db import db_app
 from consolidator.cli.dlq import dlq_app
+from consolidator.cli.limits import limits_app
 from consolidator.cli.offsets import offsets_app
 from consolidator.cli.partitions import partitions_app
 
@@ -20,6 +21,7 @@ app.add_typer(batch_app, name="batch")
 app.add_typer(db_app, name="db")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(offsets_app, name="offsets")
+app.add_typer(limits_app, name="limits")
 app.add_typer(partitions_app, name="partitions")
 
 __all__ = ["app", "main"]

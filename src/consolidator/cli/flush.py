@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from consolidator.batch import iso_ms
 from consolidator.cli.base import (
     EXIT_FAILED,
     JsonOption,
@@ -27,27 +28,33 @@ if TYPE_CHECKING:
 
 
 def _dry_run(as_json: bool) -> None:
-    """Due groups and why, from the database alone (no Redis, sink or dead letter needed)."""
-    from consolidator.policy import due_groups
+    """Due groups and why, and which are held back by their rate limit, from the database
+    alone (no Redis, sink or dead letter needed)."""
+    from consolidator.services.flush import due_groups_now
 
     s = load_settings("PolicySettings")
     now = wall_clock_ms()
     due = [
-        {"group_key": g.group_key, "reason": str(reason), "pending": g.pending,
-         "oldest_age_s": round((now - g.oldest_first_seen_ms) / 1000, 3),
-         "idle_s": round((now - g.newest_update_ms) / 1000, 3)}
-        for g, reason in due_groups(store_for(s).pending_group_stats(), now, s.policy())
+        {"group_key": d.stats.group_key, "reason": str(d.reason), "pending": d.stats.pending,
+         "oldest_age_s": round((now - d.stats.oldest_first_seen_ms) / 1000, 3),
+         "idle_s": round((now - d.stats.newest_update_ms) / 1000, 3),
+         "throttled_until_ms": d.throttled_until_ms}
+        for d in due_groups_now(store_for(s), s.policy(), now)
     ]
     if as_json:
         emit_json({"dry_run": True, "due": due})
         return
     table = Table(title=f"due groups ({len(due)}); nothing was claimed")
-    for column in ("group", "reason", "pending", "oldest", "idle"):
+    for column in ("group", "reason", "pending", "oldest", "idle", "throttled"):
         table.add_column(column)
     for d in due:
         table.add_row(d["group_key"], d["reason"], str(d["pending"]), f"{d['oldest_age_s']:.0f}s",
-                      f"{d['idle_s']:.0f}s")
+                      f"{d['idle_s']:.0f}s", "-" if d["throttled_until_ms"] is None else "yes")
     out.print(table)
+    for d in due:
+        if d["throttled_until_ms"] is not None:
+            out.print(f"{d['group_key']}: due but throttled until {iso_ms(d['throttled_until_ms'])}",
+                      highlight=False, soft_wrap=True)
 
 
 def _tick_line(number: int, report: TickReport) -> str:

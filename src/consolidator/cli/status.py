@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from consolidator.batch import iso_ms
 from consolidator.cli.base import (
     JsonOption,
     age_text,
@@ -27,7 +28,7 @@ def status(
     as_json: JsonOption = False,
     limit: Annotated[int, typer.Option(help="Show at most this many groups and batches.")] = 50,
 ) -> None:
-    """Pending rows and oldest age per group, claimed and dead batches, partitions."""
+    """Pending rows and oldest age per group, throttled groups, claimed and dead batches, partitions."""
     s = load_settings("CleanupSettings")
     store = store_for(s)
     now = wall_clock_ms()
@@ -47,6 +48,12 @@ def status(
             for g in groups[:limit]
         ],
         "pending_groups": len(groups),
+        "throttled": [
+            {"group_key": t["group_key"], "throttled_for_s": round((now - t["throttled_since_ms"]) / 1000, 3),
+             "next_allowed_ms": t["throttled_until_ms"],
+             "next_allowed_in_s": round(max(0, t["throttled_until_ms"] - now) / 1000, 3)}
+            for t in store.throttled_groups()[:limit]
+        ],
         "claimed": store.batches_in_state("CLAIMED", limit),
         "dead": store.batches_in_state("DEAD", limit),
         "partitions": partition_rows(store, cleanup_service(s, store)),
@@ -57,6 +64,7 @@ def status(
     rows, batches = document["rows"], document["batches"]
     out.print(
         "rows: " + ", ".join(f"{k} {rows.get(k, 0)}" for k in ("PENDING", "CLAIMED", "SENT", "DEAD"))
+        + f", EXPIRED {rows.get('EXPIRED', 0)}"
         + "   batches: " + ", ".join(f"{k} {batches.get(k, 0)}" for k in ("CLAIMED", "SENT", "DEAD"))
     )
     table = Table(title=f"pending groups ({len(groups)}, oldest first)")
@@ -65,6 +73,14 @@ def status(
     for g in groups[:limit]:
         table.add_row(g.group_key, str(g.pending), age_text(now, g.oldest_first_seen_ms), age_text(now, g.newest_update_ms))
     out.print(table)
+    if document["throttled"]:
+        table = Table(title="throttled groups (due, held back by their rate limit)")
+        for column in ("group", "held back for", "next allowed"):
+            table.add_column(column)
+        for t in document["throttled"]:
+            table.add_row(t["group_key"], f"{t['throttled_for_s']:.0f}s",
+                          f"{iso_ms(t['next_allowed_ms'])} (in {t['next_allowed_in_s']:.0f}s)")
+        out.print(table)
     for state in ("claimed", "dead"):
         if document[state]:
             table = Table(title=f"{state} batches")

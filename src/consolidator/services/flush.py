@@ -11,7 +11,13 @@ Guarantees (SEMANTICS sections 5 and 8):
   Only a publish the sink rejected counts: a flusher that dies after the send, before it
   learned the outcome or before the mark, has not failed a publish, however often it happens;
 - the Redis lock only avoids duplicate work: two flushers at once stay correct because
-  claims and marks are conditional statements in the store.
+  claims and marks are conditional statements in the store;
+- rate limit (per group, the policy's default or the group's override from the store): each
+  claim checks and updates the group's rate state in its own transaction; a refused group
+  stays PENDING and the tick moves on to the next group (``GroupsThrottled``);
+- TTL: rows of a due group whose newest event is older than ``policy.ttl_ms`` are claimed under
+  an expiry record, written to the dead-letter destination (reason ``expired``) and only then
+  marked EXPIRED (``EventsExpired``); until confirmed they stay CLAIMED and are retried.
 """
 
 from __future__ import annotations
@@ -27,11 +33,22 @@ from consolidator.clock import Clock
 from consolidator.deadletter import DeadLetter, dead_batch_entry
 from consolidator.errors import ConfigurationError, LockUnavailable, StoreError
 from consolidator.lock import RedisLock
-from consolidator.policy import FlushReason, GroupStats, Policy, due_groups, due_reason
+from consolidator.policy import (
+    FlushReason,
+    GroupStats,
+    Policy,
+    RateLimit,
+    due_groups,
+    due_reason,
+    expiry_cutoff_ms,
+    next_allowed_ms,
+    rate_time,
+)
+from consolidator.services.expiry import Expiry
 from consolidator.services.ingest import MetricsRecorder, NoMetrics
 from consolidator.sinks import OutgoingBatch, Sink
 from consolidator.store.completion import SealedBatch
-from consolidator.store.mysql import ClaimedBatch, MySQLStore
+from consolidator.store.mysql import ClaimedBatch, MySQLStore, Throttled
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +75,17 @@ class TickReport:
     dead: int = 0  # batches that became DEAD this tick
     publish_failures: int = 0
     error: str | None = None  # why the lock backend was unreachable (skipped = "lock_unavailable")
+    throttled: dict[str, int] = field(default_factory=dict)  # due groups refused: next allowed time
+    expired: int = 0  # rows dead-lettered as expired and marked EXPIRED this tick
+
+
+@dataclass(frozen=True)
+class DueGroup:
+    """A due group as the dry run shows it: throttled until ``throttled_until_ms`` when set."""
+
+    stats: GroupStats
+    reason: FlushReason
+    throttled_until_ms: int | None
 
 
 @dataclass
@@ -68,6 +96,28 @@ class _Pending:
     attempt: int
     body: bytes
     seal: SealedBatch | None = None  # completion tracking on: what the seal records
+
+
+def rate_limits(store: MySQLStore, policy: Policy) -> dict[str, RateLimit]:
+    """The per-group overrides: the policy's, then the store's (``consolidator limits``)."""
+    return {**dict(policy.rate_overrides), **store.limits()}
+
+
+def due_groups_now(store: MySQLStore, policy: Policy, now_ms: int) -> list[DueGroup]:
+    """The groups due at ``now_ms`` with their reasons, oldest first, each with the time its rate
+    limit allows its next batch (None when it is not held back now). Reads the database only:
+    claims nothing, writes nothing (the dry run)."""
+    due = due_groups(store.pending_group_stats(), now_ms, policy)
+    limits = rate_limits(store, policy)
+    limited = [g.group_key for g, _ in due if limits.get(g.group_key, policy.rate_limit)]
+    states = store.rate_states(limited) if limited else {}
+    result = []
+    for group, reason in due:
+        limit, state = limits.get(group.group_key, policy.rate_limit), states.get(group.group_key)
+        until = (None if limit is None or state is None
+                 else next_allowed_ms(state.recent_ms, rate_time(state, now_ms), limit))
+        result.append(DueGroup(group, reason, until if until is not None and until > now_ms else None))
+    return result
 
 
 @dataclass
@@ -90,6 +140,16 @@ class FlushService:
     def due(self) -> list[tuple[GroupStats, FlushReason]]:
         """Dry run: the groups due now with their reasons, oldest first. Claims nothing."""
         return due_groups(self.store.pending_group_stats(), self.clock.now_ms(), self.policy)
+
+    def dry_run(self) -> list[DueGroup]:
+        """:func:`due_groups_now` at the service's clock. Claims nothing, writes nothing."""
+        return due_groups_now(self.store, self.policy, self.clock.now_ms())
+
+    def _limits(self) -> dict[str, RateLimit]:
+        return rate_limits(self.store, self.policy)
+
+    def _limit(self, limits: dict[str, RateLimit], group_key: str) -> RateLimit | None:
+        return limits.get(group_key, self.policy.rate_limit)
 
     # -- one tick ----------------------------------------------------------------------------
 
@@ -139,17 +199,38 @@ class FlushService:
             oldest = min(s.oldest_first_seen_ms for s in stats)
             self.metrics.add_metric(name="OldestPendingAge", unit="Milliseconds", value=max(0, now - oldest))
         outbox: list[ClaimedBatch] = []
+        limits = self._limits() if stats else {}
+        cutoff = expiry_cutoff_ms(now, self.policy)
         for group, reason in due_groups(stats, now, self.policy):
+            if cutoff is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
+                claimed, expired = self._expiry().expire_group(group.group_key, cutoff, now)
+                report.expired += expired
+                if claimed:
+                    rows += claimed
+                    left = self.store.pending_group_stats(group.group_key)
+                    reason = due_reason(left[0], now, self.policy) if left else None
+            rate = self._limit(limits, group.group_key)
             limit = self.policy.max_batch_size  # rows left in this claim (a cut claim continues)
             while reason is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
                 try:
-                    batch = self.store.claim(group.group_key, reason, limit, now, self.policy.max_batch_bytes)
+                    batch = self.store.claim(group.group_key, reason, limit, now, max_bytes=self.policy.max_batch_bytes,
+                                             rate=rate, expired_before_ms=cutoff)
                 except StoreError as error:
                     log.warning("claim skipped this tick", extra={"group_key": group.group_key,
                                                                   "error": str(error)})
                     break
                 if batch is None:
                     break
+                if isinstance(batch, Throttled):
+                    report.throttled[group.group_key] = batch.until_ms
+                    self.metrics.add_metric(name="GroupsThrottled", unit="Count", value=1)
+                    log.info("due group throttled by its rate limit",
+                             extra={"group_key": group.group_key, "until_ms": batch.until_ms,
+                                    "since_ms": batch.since_ms})
+                    break
+                if batch.held_back_ms:
+                    self.metrics.add_metric(name="ThrottledWaitSeconds", unit="Seconds",
+                                            value=batch.held_back_ms / 1000)
                 log.info("batch claimed", extra={"batch_id": batch.batch_id, "group_key": batch.group_key,
                                                  "reason": str(reason), "size": len(batch.members)})
                 rows += len(batch.members)
@@ -177,6 +258,17 @@ class FlushService:
         for head in heads:
             if rows >= self.max_rows_per_tick or not self._time_left(remaining_ms):
                 break
+            if head["kind"] == "expiry":  # its dead-letter write failed on an earlier tick
+                try:
+                    expiry = self.store.load_expiry(head["batch_id"])
+                except StoreError as error:
+                    log.warning("expired rows not loaded; retried next tick",
+                                extra={"batch_id": head["batch_id"], "error": str(error)})
+                    continue
+                if expiry is not None and expiry.members:
+                    rows += len(expiry.members)
+                    report.expired += self._expiry().settle(expiry)
+                continue
             try:
                 batch = self.store.load_batch(head["batch_id"])
             except StoreError as error:
@@ -199,6 +291,9 @@ class FlushService:
         self._deliver(chunk, report)
         return rows
 
+    def _expiry(self) -> Expiry:
+        return Expiry(self.store, self.dead_letter, self.clock, self.metrics, self.policy.max_batch_size)
+
     def _deliver(self, batches: list[ClaimedBatch], report: TickReport) -> None:
         """Publish the batches still CLAIMED, wait for confirmation, mark the confirmed ones SENT
         in one conditional statement, and count a failure for each rejected one. A chunk whose
@@ -217,7 +312,7 @@ class FlushService:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                    tracked=self.completion_tracking)
+                                    tracked=self.completion_tracking, held_back_ms=batch.held_back_ms)
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
             pending.append(_Pending(batch, failed_before[batch.batch_id] + 1, encode(message),
@@ -289,7 +384,8 @@ class FlushService:
     def _bury(self, batch: ClaimedBatch, attempts: int, error: str, report: TickReport) -> None:
         """Dead-letter the batch with its last error; mark it DEAD only once that is confirmed."""
         now = self.clock.now_ms()
-        message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms)
+        message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
+                                batch.held_back_ms)
         if self.dead_letter.send([dead_batch_entry(message, attempts, error, now)]):
             log.error("dead-letter write failed; batch stays CLAIMED and is retried next tick",
                       extra={"batch_id": batch.batch_id, "attempts": attempts})

@@ -7,19 +7,31 @@ Mirrors ``store/mysql.py`` row for row, so the same event history yields the sam
   for a pending row adds to ``merged_events``, replaces items and position only when its
   position is greater, moves ``last_update`` forward and never moves ``first_seen``;
 - S3: an event for an item whose row was claimed starts a new row (claimed rows leave the buffer);
-- claims are exactly :func:`consolidator.policy.plan_batches` over :class:`~consolidator.batch.Member` rows.
+- claims, rate limit and TTL are exactly :func:`consolidator.policy.plan_group` over
+  :class:`~consolidator.batch.Member` rows, with the group's :class:`~consolidator.policy.RateState`
+  kept here (the MySQL path keeps it in ``group_rate_state``).
 
 Not thread-safe; one buffer per group key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from consolidator.batch import Member, fit_claims
 from consolidator.events import Event, SourcePosition, bucket_of
-from consolidator.policy import FlushReason, GroupStats, Policy, next_due_ms, plan_batches
+from consolidator.policy import (
+    Claim,
+    FlushReason,
+    GroupPlan,
+    GroupStats,
+    Policy,
+    RateState,
+    next_due_ms,
+    plan_group,
+)
 
 RowKey = tuple[int, str]  # (bucket, item_id)
 
@@ -41,6 +53,8 @@ class PendingBuffer:
     group_key: str
     rows: dict[RowKey, Member] = field(default_factory=dict)
     seen: set[SourcePosition] | None = field(default_factory=set)
+    rate: RateState = field(default_factory=RateState)
+    throttled_until_ms: int | None = None  # set while the last plan found the group due and refused
     _oldest_first_seen: int | None = None
     _newest_update: int | None = None
 
@@ -53,7 +67,8 @@ class PendingBuffer:
         key = (bucket_of(event.timestamp_ms), event.item_id)
         current = self.rows.get(key)
         if current is None:
-            self.rows[key] = Member(event.position, event.item_id, event.items, now_ms, now_ms, 1)
+            self.rows[key] = Member(event.position, event.item_id, event.items, now_ms, now_ms, 1,
+                                    event.timestamp_ms)
             outcome = "stored"
             if self._oldest_first_seen is None or now_ms < self._oldest_first_seen:
                 self._oldest_first_seen = now_ms
@@ -66,6 +81,7 @@ class PendingBuffer:
                 first_seen_ms=current.first_seen_ms,
                 last_update_ms=max(current.last_update_ms, now_ms),
                 merged_events=current.merged_events + 1,
+                record_ts_ms=event.timestamp_ms if newer else current.record_ts_ms,
             )
             outcome = "coalesced"
         if self._newest_update is None or now_ms > self._newest_update:
@@ -78,25 +94,50 @@ class PendingBuffer:
         return GroupStats(self.group_key, len(self.rows), self._oldest_first_seen or 0, self._newest_update or 0)
 
     def next_due_ms(self, policy: Policy) -> int | None:
-        """When the group becomes due if nothing else arrives (None when empty)."""
-        return next_due_ms(self.stats(), policy)
+        """When the group next needs a look if nothing else arrives (None when empty): when it
+        becomes due or, while its rate limit holds it back, when the limit allows a batch again
+        or a row goes over the TTL, whichever comes first."""
+        due = next_due_ms(self.stats(), policy)
+        if due is None or self.throttled_until_ms is None:
+            return due
+        wake = self.throttled_until_ms
+        if policy.ttl_ms:
+            newest = [m.record_ts_ms for m in self.rows.values() if m.record_ts_ms is not None]
+            if newest:
+                wake = min(wake, min(newest) + policy.ttl_ms + 1)
+        return max(due, wake)
+
+    def plan(self, now_ms: int, policy: Policy) -> GroupPlan[Member]:
+        """:func:`plan_group` at ``now_ms``: claimed and expired rows leave the buffer, the rate
+        state moves on."""
+        if not self.rows:
+            self.throttled_until_ms = None
+            return GroupPlan([], [], [], self.rate)
+        keys = {member.position: key for key, member in self.rows.items()}
+        plan = plan_group(self.group_key, self.rows.values(), now_ms, policy, self.rate)
+        if policy.max_batch_bytes is not None:  # the flush's byte cap: a claim split into batches that fit
+            plan = dataclasses.replace(plan, claims=[
+                Claim(claim.reason, rows, claim.held_back_ms) for claim in plan.claims
+                for _, rows in fit_claims(self.group_key, [(claim.reason, claim.rows)], now_ms, policy)])
+        self.rate, self.throttled_until_ms = plan.rate, plan.throttled_until_ms
+        if plan.claims or plan.expired:
+            self.rows = {keys[m.position]: m for m in plan.remaining}
+            self._recompute()
+        return plan
 
     def flush(self, now_ms: int, policy: Policy) -> list[tuple[FlushReason, list[Member]]]:
-        """Claim every due batch at ``now_ms`` (``plan_batches``); claimed rows leave the buffer."""
-        if not self.rows:
-            return []
-        keys = {member.position: key for key, member in self.rows.items()}
-        claims, remaining = plan_batches(self.group_key, self.rows.values(), now_ms, policy)
-        claims = fit_claims(self.group_key, claims, now_ms, policy)  # under policy.max_batch_bytes
-        if claims:
-            self.rows = {keys[m.position]: m for m in remaining}
-            self._recompute()
-        return claims
+        """Claims of :meth:`plan` as (reason, members), for a policy without TTL or rate limit
+        (refuses one: expired rows and hold-back times would be lost)."""
+        if policy.ttl_ms or policy.rate_limit or policy.rate_overrides:
+            raise ValueError("flush() ignores expiries and hold-back times: use plan()")
+        return [(claim.reason, claim.rows) for claim in self.plan(now_ms, policy).claims]
 
     @classmethod
-    def restore(cls, group_key: str, rows: Iterable[tuple[RowKey, Member]]) -> PendingBuffer:
-        """A buffer holding ``rows`` (from Spark state), without a position ledger."""
-        buffer = cls(group_key, dict(rows), seen=None)
+    def restore(cls, group_key: str, rows: Iterable[tuple[RowKey, Member]], rate: RateState | None = None,
+                throttled_until_ms: int | None = None) -> PendingBuffer:
+        """A buffer holding ``rows`` and the rate state (from Spark state), without a position ledger."""
+        buffer = cls(group_key, dict(rows), seen=None, rate=rate or RateState(),
+                     throttled_until_ms=throttled_until_ms)
         buffer._recompute()
         return buffer
 

@@ -3,7 +3,10 @@ job on EMR Serverless. Also the entry point of ``spark-submit`` (``python -m con
 
 Policy settings of ``stream`` (and the replay's tick) default to the Lambda path's environment
 variables (``CONSOLIDATOR_DEBOUNCE_SECONDS`` and friends, in seconds), so both engines run the
-same policy unless told otherwise. The replay's policy grid is given in milliseconds.
+same policy unless told otherwise; so do the rate limit (``CONSOLIDATOR_RATE_LIMIT_BATCHES`` per
+``CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS``) and the TTL (``CONSOLIDATOR_EVENT_TTL_SECONDS``).
+The replay's policy grid is given in milliseconds (``--rate-limit`` as ``N/SECONDS``, TTL in seconds).
+Per-group overrides live in the MySQL path's database; the Spark jobs apply the default limit.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Annotated
 import typer
 
 from consolidator.events import FieldNames
-from consolidator.policy import Policy
+from consolidator.policy import Policy, RateLimit
 
 spark_app = typer.Typer(help="Spark jobs: streaming aggregator, policy replay, EMR Serverless.",
                         no_args_is_help=True, add_completion=False)
@@ -36,6 +39,12 @@ GroupField = Annotated[str, typer.Option("--group-key-field", envvar="CONSOLIDAT
 ItemField = Annotated[str, typer.Option("--item-id-field", envvar="CONSOLIDATOR_ITEM_ID_FIELD")]
 ItemsField = Annotated[str, typer.Option("--items-field", envvar="CONSOLIDATOR_ITEMS_FIELD")]
 MaxBytes = Annotated[int, typer.Option("--max-event-bytes", envvar="CONSOLIDATOR_MAX_EVENT_BYTES")]
+RateBatchesOpt = Annotated[int, typer.Option(
+    "--rate-limit-batches", envvar="CONSOLIDATOR_RATE_LIMIT_BATCHES", help="Batches per group per period; 0: none.")]
+RatePeriodOpt = Annotated[float, typer.Option("--rate-limit-period-seconds",
+                                              envvar="CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS")]
+TtlOpt = Annotated[float, typer.Option("--event-ttl-seconds", envvar="CONSOLIDATOR_EVENT_TTL_SECONDS",
+                                       help="Event time-to-live; 0: off.")]
 KafkaOpts = Annotated[list[str] | None, typer.Option(
     "--kafka-option", help="key=value passed to the Kafka reader (e.g. kafka.security.protocol=SSL).")]
 
@@ -59,9 +68,9 @@ def _url(url: str, schemes: tuple[str, ...], option: str) -> str:
     return url
 
 
-def _policy(*args: int) -> Policy:
+def _policy(*args: int, **kwargs) -> Policy:
     try:
-        return Policy(*args)
+        return Policy(*args, **kwargs)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="the policy options") from None
 
@@ -82,6 +91,37 @@ def _batch_cap(sink_url: str, configured: int | None) -> int:
         raise typer.BadParameter(f"{configured} is over the sink's per-message limit ({limit} bytes)",
                                  param_hint="--max-batch-bytes")
     return configured or limit
+
+
+def _rate(batches: int, period_seconds: float) -> RateLimit | None:
+    return RateLimit(batches, round(period_seconds * 1000)) if batches else None
+
+
+def _rates(values: str, option: str) -> list[RateLimit | None]:
+    """Comma-separated ``N/SECONDS`` candidates, ``none`` for no limit: ``none,2/60,10/3600``."""
+    parsed: list[RateLimit | None] = []
+    for value in (v.strip() for v in values.split(",") if v.strip()):
+        if value.lower() in ("none", "0"):
+            parsed.append(None)
+            continue
+        batches, _, seconds = value.partition("/")
+        try:
+            parsed.append(RateLimit(int(batches), round(float(seconds) * 1000)))
+        except ValueError as error:
+            raise typer.BadParameter(f"expected N/SECONDS or none, got {value!r} ({error})", param_hint=option) from None
+    if not parsed:
+        raise typer.BadParameter("at least one value", param_hint=option)
+    return parsed
+
+
+def _floats(values: str, option: str) -> list[float]:
+    try:
+        parsed = [float(v) for v in values.split(",") if v.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"comma-separated numbers expected, got {values!r}", param_hint=option) from None
+    if not parsed or min(parsed) < 0:
+        raise typer.BadParameter("at least one value, none negative", param_hint=option)
+    return parsed
 
 
 def _ints(values: str, option: str) -> list[int]:
@@ -117,6 +157,9 @@ def stream(
     max_batch_bytes: Annotated[int | None, typer.Option(
         "--max-batch-bytes", envvar="CONSOLIDATOR_MAX_BATCH_BYTES", min=1,
         help="Cap on one batch message (default: the sink's per-message limit).")] = None,
+    rate_limit_batches: RateBatchesOpt = 0,
+    rate_limit_period_seconds: RatePeriodOpt = 60.0,
+    event_ttl_seconds: TtlOpt = 21_600.0,
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
     from consolidator.spark.session import build_session
@@ -129,7 +172,9 @@ def stream(
         bootstrap_servers=bootstrap_servers, topic=topic, sink_url=sink_url, dead_letter_url=dead_letter_url,
         checkpoint=checkpoint,
         policy=_policy(round(debounce_seconds * 1000), round(hard_window_seconds * 1000), max_batch_size,
-                       _DEFAULT.tick_interval_ms, max_batch_bytes),
+                       _DEFAULT.tick_interval_ms, max_batch_bytes,
+                       rate_limit=_rate(rate_limit_batches, rate_limit_period_seconds),
+                       ttl_ms=round(event_ttl_seconds * 1000)),
         names=FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field),
         max_event_bytes=max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
@@ -171,6 +216,14 @@ def replay(
     exact_grouping: Annotated[bool, typer.Option(
         "--exact-grouping", help="Decode in a separate pass before grouping (slower, never refuses).")] = False,
     master: MasterOpt = None,
+    rate_limit: Annotated[str | None, typer.Option(
+        "--rate-limit", help="Comma-separated candidates N/SECONDS or none (default: the environment's "
+                             "CONSOLIDATOR_RATE_LIMIT_BATCHES per CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS).")] = None,
+    rate_limit_batches: RateBatchesOpt = 0,
+    rate_limit_period_seconds: RatePeriodOpt = 60.0,
+    ttl_seconds: Annotated[str, typer.Option(
+        "--event-ttl-seconds", envvar="CONSOLIDATOR_EVENT_TTL_SECONDS",
+        help="Comma-separated TTL candidates in seconds; 0: off.")] = "21600",
 ) -> None:
     """Replay history under a grid of policies; writes batches and a Markdown/HTML report with a chart."""
     from consolidator.spark.replay import policy_grid, write_outputs
@@ -182,7 +235,10 @@ def replay(
 
     try:
         policies = policy_grid(_ints(debounce_ms, "--debounce-ms"), _ints(hard_window_ms, "--hard-window-ms"),
-                               _ints(max_batch_size, "--max-batch-size"), round(tick_interval_seconds * 1000))
+                               _ints(max_batch_size, "--max-batch-size"), round(tick_interval_seconds * 1000),
+                               _rates(rate_limit, "--rate-limit") if rate_limit is not None
+                               else [_rate(rate_limit_batches, rate_limit_period_seconds)],
+                               [round(float(t) * 1000) for t in _floats(ttl_seconds, "--event-ttl-seconds")])
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="the policy grid") from None
     # every input checked before Spark starts
@@ -213,7 +269,8 @@ def replay(
     paths = write_report(figures, out / "report")
     for f in figures:
         typer.echo(f"{f.policy}: {f.messages_in} in, {f.batches_out} batches, compaction {f.compaction_ratio}, "
-                   f"p95 latency {f.latency_p95_ms / 1000:.1f} s, dead-lettered {f.dead_lettered}")
+                   f"p95 latency {f.latency_p95_ms / 1000:.1f} s, dead-lettered {f.dead_lettered}, "
+                   f"expired {f.expired}, held back p95 {f.held_back_p95_ms / 1000:.1f} s")
     typer.echo(f"report: {paths['markdown']} ({paths['html'].name}, {paths['chart'].name})")
 
 

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from consolidator.batch import Member, build_message, encode
-from consolidator.deadletter import poison_entry
+from consolidator.deadletter import expired_entry, poison_entry
 from consolidator.errors import ConsolidatorError
 from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
 from consolidator.events import decode as decode_record
-from consolidator.policy import FlushReason, Policy, next_tick_ms
+from consolidator.policy import FlushReason, Policy, RateLimit, next_tick_ms
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
 
 
@@ -39,16 +39,23 @@ def policy_name(policy: Policy) -> str:
     def span(ms: int) -> str:
         return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
-    return (f"d{span(policy.debounce_ms)}-h{span(policy.hard_window_ms)}"
+    name = (f"d{span(policy.debounce_ms)}-h{span(policy.hard_window_ms)}"
             f"-n{policy.max_batch_size}-t{span(policy.tick_interval_ms)}")
+    if policy.rate_limit is not None:
+        name += f"-r{policy.rate_limit.batches}per{span(policy.rate_limit.period_ms)}"
+    if policy.ttl_ms:
+        name += f"-ttl{span(policy.ttl_ms)}"
+    return name
 
 
 def policy_grid(debounce_ms: Sequence[int], hard_window_ms: Sequence[int], max_batch_size: Sequence[int],
-                tick_interval_ms: int) -> list[NamedPolicy]:
+                tick_interval_ms: int, rate_limits: Sequence[RateLimit | None] = (None,),
+                ttl_ms: Sequence[int] = (0,)) -> list[NamedPolicy]:
     """Every combination of the candidate settings, named by :func:`policy_name`, without repeats."""
     grid: dict[str, NamedPolicy] = {}
-    for debounce, hard, size in itertools.product(debounce_ms, hard_window_ms, max_batch_size):
-        policy = Policy(debounce, hard, size, tick_interval_ms)
+    for debounce, hard, size, rate, ttl in itertools.product(debounce_ms, hard_window_ms, max_batch_size,
+                                                             rate_limits, ttl_ms):
+        policy = Policy(debounce, hard, size, tick_interval_ms, rate_limit=rate, ttl_ms=ttl)
         grid.setdefault(policy_name(policy), NamedPolicy(policy_name(policy), policy))
     if not grid:
         raise ValueError("the policy grid is empty")
@@ -62,6 +69,7 @@ class ReplayBatch:
     flushed_at_ms: int
     members: tuple[Member, ...]
     message: dict = field(repr=False)
+    held_back_ms: int = 0
 
     @property
     def batch_id(self) -> str:
@@ -78,6 +86,7 @@ class GroupReplay:
     batches: list[ReplayBatch]
     records_in: int
     replayed: int
+    expired: list[dict] = field(default_factory=list)  # dead-letter entries (reason ``expired``)
 
 
 def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Policy) -> GroupReplay:
@@ -86,11 +95,13 @@ def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Poli
     Jumps straight to the next tick where something can happen: the first tick at or after
     the group's ``next_due_ms``, unless the next record arrives at or before it (then that
     record is ingested first, as the serverless path ingests every record with
-    timestamp <= T before the tick at T).
+    timestamp <= T before the tick at T). A group held back by its rate limit is looked at
+    again at the first tick where the limit allows a batch or a row goes over the TTL.
     """
     ordered = sorted(events, key=lambda e: (e.timestamp_ms, e.position))
     buffer = PendingBuffer(group_key)
     batches: list[ReplayBatch] = []
+    expired: list[dict] = []
     replayed = 0
     index = 0
     while index < len(ordered) or buffer.rows:
@@ -103,10 +114,14 @@ def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Poli
                 replayed += 1
             continue
         assert tick is not None  # the loop condition guarantees pending rows here
-        for reason, members in buffer.flush(tick, policy):
-            message = build_message(group_key, members, reason, flushed_at_ms=tick)
-            batches.append(ReplayBatch(group_key, reason, tick, tuple(members), message))
-    return GroupReplay(batches, len(ordered), replayed)
+        plan = buffer.plan(tick, policy)
+        expired.extend(expired_entry(group_key, m, tick, tick) for m in plan.expired)
+        for claim in plan.claims:
+            message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=tick,
+                                    held_back_ms=claim.held_back_ms)
+            batches.append(ReplayBatch(group_key, claim.reason, tick, tuple(claim.rows), message,
+                                       claim.held_back_ms))
+    return GroupReplay(batches, len(ordered), replayed, expired)
 
 
 DEFAULT_NAMES = FieldNames()
@@ -118,7 +133,7 @@ OUTPUT_SCHEMA = (
     " flushed_at_ms long, members int, event_count long, latencies_ms array<long>, body string,"
     " records_in long, replayed long"
 )
-BATCH, DEAD_LETTER, SUMMARY, MISROUTED = "batch", "dead_letter", "summary", "misrouted"
+BATCH, DEAD_LETTER, SUMMARY, MISROUTED, EXPIRED = "batch", "dead_letter", "summary", "misrouted", "expired"
 
 
 class ReplayRoutingError(ConsolidatorError):
@@ -196,6 +211,9 @@ def _group_function(policies: Sequence[NamedPolicy], names: FieldNames, max_even
                 rows.append((BATCH, named.name, group_key, b.batch_id, str(b.reason), b.flushed_at_ms,
                              len(b.members), b.message["event_count"], b.latencies_ms,
                              encode(b.message).decode(), None, None))
+            for entry in result.expired:
+                rows.append((EXPIRED, named.name, group_key, None, "expired", None, None,
+                             entry["merged_events"], None, encode(entry).decode(), None, None))
         rows.append((SUMMARY, None, group_key, None, None, None, None, None, None, None, len(events),
                      replayed))
         return table(rows)
@@ -247,7 +265,8 @@ def check_routing(result) -> None:
 
 def write_outputs(result, out_dir: str) -> None:
     """Batches as JSON lines, one sorted file per policy under ``batches/policy=<name>/``;
-    dead letters under ``dead_letter/``. File contents are deterministic; part-file names are not."""
+    dead letters under ``dead_letter/``, expired rows under ``expired/policy=<name>/``. File contents
+    are deterministic; part-file names are not."""
     from pyspark.sql import functions as F
 
     check_routing(result)
@@ -259,3 +278,7 @@ def write_outputs(result, out_dir: str) -> None:
     (result.where(F.col("kind") == DEAD_LETTER).select("body")
      .repartition(1).sortWithinPartitions("body")
      .write.mode("overwrite").text(f"{out_dir}/dead_letter"))
+    (result.where(F.col("kind") == EXPIRED).select("policy", "body")
+     .repartition(1).sortWithinPartitions("policy", "body")
+     .select("policy", F.col("body").alias("value"))
+     .write.mode("overwrite").partitionBy("policy").text(f"{out_dir}/expired"))

@@ -3,8 +3,9 @@
 Figures (per policy): messages in (every input record), batches out, events batched, compaction
 ratio (events batched / batches out), batch size distribution (member rows per batch),
 latency percentiles (flushed_at - first_seen per member row; linear interpolation, like
-numpy's default), flush reasons, dead-lettered records, and ``unbatched`` (valid, unique
-events in no batch: always 0 unless something is broken).
+numpy's default), flush reasons, dead-lettered records, expired rows (TTL) and the events in
+them, batches held back by the rate limit with their wait (``held_back_ms``: p50/p95/max), and
+``unbatched`` (valid, unique events neither batched nor expired: always 0 unless something is broken).
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ class PolicyFigures:
     latency_p99_ms: float
     latency_max_ms: int
     reasons: dict[str, int]
+    # rate limit and TTL: rows expired (events in them), batches held back and for how long
+    expired: int = 0
+    expired_events: int = 0
+    held_back_batches: int = 0
+    held_back_p50_ms: float = 0.0
+    held_back_p95_ms: float = 0.0
+    held_back_max_ms: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -61,7 +69,7 @@ def compute_figures(result, policies) -> list[PolicyFigures]:
     """Figures of a :func:`consolidator.spark.replay.replay` result (cache it first: several passes)."""
     from pyspark.sql import functions as F
 
-    from consolidator.spark.replay import BATCH, DEAD_LETTER, SUMMARY, check_routing
+    from consolidator.spark.replay import BATCH, DEAD_LETTER, EXPIRED, SUMMARY, check_routing
 
     check_routing(result)
     summary = result.where(F.col("kind") == SUMMARY).agg(
@@ -79,6 +87,13 @@ def compute_figures(result, policies) -> list[PolicyFigures]:
                  .groupBy("policy").agg(
                      F.percentile("l", F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))).alias("p"),
                      F.max("l").alias("max")).collect()}
+    expired = {r["policy"]: r for r in result.where(F.col("kind") == EXPIRED).groupBy("policy").agg(
+        F.count("*").alias("rows"), F.sum("event_count").alias("events")).collect()}
+    held = {r["policy"]: r for r in batches
+            .select("policy", F.get_json_object("body", "$.held_back_ms").cast("long").alias("h"))
+            .where(F.col("h") > 0).groupBy("policy").agg(
+                F.count("*").alias("n"), F.percentile("h", F.array(F.lit(0.5), F.lit(0.95))).alias("p"),
+                F.max("h").alias("max")).collect()}
     reasons: dict[str, dict[str, int]] = {}
     for r in batches.groupBy("policy", "reason").count().collect():
         reasons.setdefault(r["policy"], {})[r["reason"]] = r["count"]
@@ -92,6 +107,8 @@ def compute_figures(result, policies) -> list[PolicyFigures]:
     figures = []
     for named in policies:
         s, lat = sizes.get(named.name), latencies.get(named.name)
+        gone, wait = expired.get(named.name), held.get(named.name)
+        expired_events = int(gone["events"]) if gone else 0
         batches_out = s["batches"] if s else 0
         events = int(s["events"]) if s else 0
         ordered_hist = {size_bucket(u): histogram.get(named.name, {}).get(size_bucket(u), 0)
@@ -107,7 +124,7 @@ def compute_figures(result, policies) -> list[PolicyFigures]:
             dead_lettered=dead,
             replayed=replayed,
             events_batched=events,
-            unbatched=records_in - replayed - events,
+            unbatched=records_in - replayed - events - expired_events,
             batches_out=batches_out,
             compaction_ratio=round(events / batches_out, 3) if batches_out else 0.0,
             batch_size_min=s["min"] if s else 0,
@@ -121,6 +138,12 @@ def compute_figures(result, policies) -> list[PolicyFigures]:
             latency_p99_ms=float(lat["p"][2]) if lat else 0.0,
             latency_max_ms=int(lat["max"]) if lat else 0,
             reasons=dict(sorted(reasons.get(named.name, {}).items())),
+            expired=int(gone["rows"]) if gone else 0,
+            expired_events=expired_events,
+            held_back_batches=int(wait["n"]) if wait else 0,
+            held_back_p50_ms=float(wait["p"][0]) if wait else 0.0,
+            held_back_p95_ms=float(wait["p"][1]) if wait else 0.0,
+            held_back_max_ms=int(wait["max"]) if wait else 0,
         ))
     return figures
 
@@ -145,6 +168,10 @@ _ROWS = (
     ("latency max", lambda f: _seconds(f.latency_max_ms)),
     ("reasons", lambda f: ", ".join(f"{k} {v:,}" for k, v in f.reasons.items()) or "-"),
     ("batch sizes", lambda f: ", ".join(f"{k}: {v:,}" for k, v in f.batch_size_histogram.items()) or "-"),
+    ("expired rows (events)", lambda f: f"{f.expired:,} ({f.expired_events:,})"),
+    ("throttled batches", lambda f: f"{f.held_back_batches:,}"),
+    ("throttled wait p50 / p95 / max", lambda f: f"{_seconds(f.held_back_p50_ms)} / {_seconds(f.held_back_p95_ms)}"
+                                                 f" / {_seconds(f.held_back_max_ms)}"),
     ("unbatched (must be 0)", lambda f: f"{f.unbatched:,}"),
 )
 

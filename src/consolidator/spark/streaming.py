@@ -9,6 +9,8 @@ processing-time timer at the group's ``next_due_ms``. Each micro-batch ingests i
 ``now`` = the batch's processing time (the Lambda path's ingest clock), then claims whatever is
 due (``full`` right away); a timer claims what became due through ``idle`` or ``hard_window``.
 Flushes happen on timers, not on the Lambda path's tick grid: same decisions, finer timing.
+Rate limit and TTL are :func:`consolidator.policy.plan_group`'s, with the group's rate state in a
+``ValueState``; expired rows go to the dead-letter destination in the same micro-batch.
 
 Guarantees:
 - at least once: a micro-batch re-run after a failure (restart from the checkpoint) restores the
@@ -27,17 +29,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from consolidator.batch import Member, build_message, encode
-from consolidator.deadletter import poison_entry
+from consolidator.deadletter import expired_entry, poison_entry
 from consolidator.errors import DeliveryError
 from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
-from consolidator.policy import Policy
+from consolidator.policy import Policy, RateState
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
 
 OUTPUT_SCHEMA = "kind string, group_key string, batch_id string, reason string, body string"
 ROW_KEY_SCHEMA = "bucket int, item_id string"
 ROW_VALUE_SCHEMA = ("topic string, partition int, offset long, items string, first_seen_ms long,"
-                    " last_update_ms long, merged_events int")
-BATCH, DEAD_LETTER = "batch", "dead_letter"
+                    " last_update_ms long, merged_events int, record_ts_ms long")
+RATE_SCHEMA = "recent string, throttled_since_ms long, throttled_until_ms long"  # the group's RateState
+BATCH, DEAD_LETTER, EXPIRED = "batch", "dead_letter", "expired"
 DEFAULT_NAMES = FieldNames()
 DEFAULT_POLICY = Policy()
 
@@ -59,16 +62,24 @@ def _processor_class():
         def init(self, handle) -> None:
             self.handle = handle
             self.rows = handle.getMapState("rows", ROW_KEY_SCHEMA, ROW_VALUE_SCHEMA)
+            self.rate = handle.getValueState("rate", RATE_SCHEMA)
 
         # -- state <-> buffer ------------------------------------------------------------
 
         def _load(self, group_key: str) -> tuple[PendingBuffer, dict]:
             stored = {}
-            for (bucket, item_id), (topic, partition, offset, items, first, last, merged) in self.rows.iterator():
+            for (bucket, item_id), (topic, partition, offset, items, first, last, merged, record_ts) in (
+                    self.rows.iterator()):
                 stored[(int(bucket), item_id)] = Member(
                     SourcePosition(topic, int(partition), int(offset)), item_id, parse_items(items),
-                    int(first), int(last), int(merged))
-            return PendingBuffer.restore(group_key, stored.items()), stored
+                    int(first), int(last), int(merged), None if pd.isna(record_ts) else int(record_ts))
+            rate, until = RateState(), None
+            if self.rate.exists():
+                recent, since, until = self.rate.get()
+                rate = RateState(tuple(int(t) for t in recent.split(",") if t),
+                                 None if pd.isna(since) else int(since))
+                until = None if pd.isna(until) else int(until)
+            return PendingBuffer.restore(group_key, stored.items(), rate, until), stored
 
         def _save(self, buffer: PendingBuffer, stored: dict) -> None:
             for key in stored.keys() - buffer.rows.keys():
@@ -78,7 +89,12 @@ def _processor_class():
                     self.rows.updateValue(key, (
                         m.position.topic, m.position.partition, m.position.offset,
                         json.dumps(m.items, separators=(",", ":"), ensure_ascii=False),
-                        m.first_seen_ms, m.last_update_ms, m.merged_events))
+                        m.first_seen_ms, m.last_update_ms, m.merged_events, m.record_ts_ms))
+            if buffer.rate.recent_ms or buffer.rate.throttled_since_ms is not None:
+                self.rate.update((",".join(map(str, buffer.rate.recent_ms)), buffer.rate.throttled_since_ms,
+                                  buffer.throttled_until_ms))
+            elif self.rate.exists():
+                self.rate.clear()
             for timer in list(self.handle.listTimers()):
                 self.handle.deleteTimer(timer)
             due = buffer.next_due_ms(self.policy)
@@ -87,9 +103,15 @@ def _processor_class():
 
         def _flush(self, buffer: PendingBuffer, now_ms: int) -> list[tuple]:
             out = []
-            for reason, members in buffer.flush(now_ms, self.policy):
-                message = build_message(buffer.group_key, members, reason, flushed_at_ms=now_ms)
-                out.append((BATCH, buffer.group_key, message["batch_id"], str(reason), encode(message).decode()))
+            plan = buffer.plan(now_ms, self.policy)
+            for member in plan.expired:  # to the dead-letter destination, like the Lambda path's expiry
+                entry = expired_entry(buffer.group_key, member, now_ms, now_ms)
+                out.append((EXPIRED, buffer.group_key, None, "expired", json.dumps(entry, sort_keys=True)))
+            for claim in plan.claims:
+                message = build_message(buffer.group_key, claim.rows, claim.reason, flushed_at_ms=now_ms,
+                                        held_back_ms=claim.held_back_ms)
+                out.append((BATCH, buffer.group_key, message["batch_id"], str(claim.reason),
+                            encode(message).decode()))
             return out
 
         # -- Spark callbacks -------------------------------------------------------------
@@ -171,7 +193,7 @@ class BatchWriter:
         rows = df.collect()  # consolidated output: at most a few batches per group and trigger
         batches = [OutgoingBatch(r["batch_id"], r["group_key"], r["body"].encode()) for r in rows
                    if r["kind"] == BATCH]
-        dead = [json.loads(r["body"]) for r in rows if r["kind"] == DEAD_LETTER]
+        dead = [json.loads(r["body"]) for r in rows if r["kind"] in (DEAD_LETTER, EXPIRED)]
         if dead:
             self._dead_letter = self._dead_letter or dead_letter_from_url(self.dead_letter_url)
             failed = self._dead_letter.send(dead)

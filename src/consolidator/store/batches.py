@@ -11,8 +11,9 @@ import orjson
 from consolidator.batch import Member, batch_id, fitting_prefix
 from consolidator.errors import StoreError
 from consolidator.events import SourcePosition
-from consolidator.policy import FlushReason
+from consolidator.policy import FlushReason, RateLimit, RateState
 from consolidator.store.connection import Connection
+from consolidator.store.rate import Throttled, ensure_rate_row, rate_admit, rate_gate
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,11 @@ class ClaimedBatch:
     attempts: int
     members: tuple[Member, ...]
     cut: bool = False  # the claim stopped at the byte cap: the rows after it belong to the same claim
+    held_back_ms: int = 0  # how long the group's rate limit held this claim back
+
+
+MEMBER_COLUMNS = ("src_topic, src_partition, src_offset, item_id, items, first_seen_ms, last_update_ms,"
+                  " merged_events, record_ts_ms")
 
 
 def _member(row: dict) -> Member:
@@ -34,49 +40,74 @@ def _member(row: dict) -> Member:
         first_seen_ms=row["first_seen_ms"],
         last_update_ms=row["last_update_ms"],
         merged_events=row["merged_events"],
+        record_ts_ms=row["record_ts_ms"],
     )
 
 
 class BatchStore(Connection):
-    def claim(self, group_key: str, reason: FlushReason, limit: int, now_ms: int,
-              max_bytes: int | None = None) -> ClaimedBatch | None:
+    def claim(
+        self, group_key: str, reason: FlushReason, limit: int, now_ms: int, *,
+        max_bytes: int | None = None, rate: RateLimit | None = None, expired_before_ms: int | None = None,
+    ) -> ClaimedBatch | Throttled | None:
         """Claim up to ``limit`` PENDING rows of the group, oldest first, under one batch id
         derived from their positions. Rows locked by a concurrent claimer are skipped; if any
-        chosen row changed state meanwhile, nothing is claimed (B: one id per claim). With
-        ``max_bytes``, only the rows whose message fits (:func:`~consolidator.batch.fitting_prefix`)
-        are taken and the batch is marked ``cut``."""
-        with self.transaction() as cur:
-            cur.execute(
-                "SELECT id, bucket, src_topic, src_partition, src_offset, item_id, items,"
-                " first_seen_ms, last_update_ms, merged_events FROM buffer_rows"
-                " WHERE status = 'PENDING' AND group_key = %s"
-                " ORDER BY first_seen_ms, pos_key LIMIT %s FOR UPDATE SKIP LOCKED",
-                (group_key, limit),
-            )
-            rows = cur.fetchall()
-            if not rows:
-                return None
-            members = tuple(_member(r) for r in rows)
-            cut = False
-            if max_bytes is not None:
-                taken = fitting_prefix(group_key, members, reason, now_ms, max_bytes)
-                cut = taken < len(rows)
-                rows, members = rows[:taken], members[:taken]
-            new_id = batch_id(group_key, (m.position for m in members))
-            pairs = [(r["id"], r["bucket"]) for r in rows]
-            updated = cur.execute(
-                "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
-                f" AND (id, bucket) IN ({', '.join(['(%s, %s)'] * len(pairs))})",
-                (new_id, *[v for pair in pairs for v in pair]),
-            )
-            if updated != len(rows):
-                raise StoreError(f"claim of {group_key!r} raced: {updated} of {len(rows)} rows still PENDING")
-            cur.execute(
-                "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms)"
-                " VALUES (%s, %s, 'CLAIMED', %s, %s, %s)",
-                (new_id, group_key, str(reason), len(rows), now_ms),
-            )
-        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut)
+        chosen row changed state meanwhile, nothing is claimed (B: one id per claim).
+
+        With ``max_bytes``, only the rows whose message fits (:func:`~consolidator.batch.fitting_prefix`)
+        are taken and the batch is marked ``cut``. With ``rate`` the group's rate state is checked
+        and updated in this same transaction (:class:`Throttled` and nothing claimed when it
+        refuses). Rows whose record timestamp is before ``expired_before_ms`` are never claimed
+        into a batch (they expire instead)."""
+        for _ in range(2):
+            with self.transaction() as cur:
+                gate = None if rate is None else rate_gate(cur, group_key, rate, now_ms)
+                if isinstance(gate, Throttled):
+                    return gate
+                if rate is None:
+                    return self._claim_rows(cur, group_key, reason, limit, now_ms, expired_before_ms, None, max_bytes)
+                if gate is not None:  # a limited claim counts (and is dated) at the rate state's time
+                    state, at = gate
+                    return self._claim_rows(cur, group_key, reason, limit, at, expired_before_ms, (rate, state),
+                                            max_bytes)
+            with self.transaction() as cur:  # the group's first limited claim: create its state row
+                ensure_rate_row(cur, group_key, now_ms)
+        raise StoreError(f"rate state row of {group_key!r} still missing after it was created")
+
+    def _claim_rows(self, cur, group_key: str, reason: FlushReason, limit: int, now_ms: int,
+                    expired_before_ms: int | None, rate: tuple[RateLimit, RateState] | None,
+                    max_bytes: int | None) -> ClaimedBatch | None:
+        live, cutoff = ("", ()) if expired_before_ms is None else (" AND record_ts_ms >= %s", (expired_before_ms,))
+        cur.execute(
+            f"SELECT id, bucket, {MEMBER_COLUMNS} FROM buffer_rows"
+            f" WHERE status = 'PENDING' AND group_key = %s{live}"
+            " ORDER BY first_seen_ms, pos_key LIMIT %s FOR UPDATE SKIP LOCKED",
+            (group_key, *cutoff, limit),
+        )
+        rows = cur.fetchall()
+        if not rows:
+            return None
+        members = tuple(_member(r) for r in rows)
+        cut = False
+        if max_bytes is not None:
+            taken = fitting_prefix(group_key, members, reason, now_ms, max_bytes)
+            cut = taken < len(rows)
+            rows, members = rows[:taken], members[:taken]
+        new_id = batch_id(group_key, (m.position for m in members))
+        pairs = [(r["id"], r["bucket"]) for r in rows]
+        updated = cur.execute(
+            "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
+            f" AND (id, bucket) IN ({', '.join(['(%s, %s)'] * len(pairs))})",
+            (new_id, *[v for pair in pairs for v in pair]),
+        )
+        if updated != len(rows):
+            raise StoreError(f"claim of {group_key!r} raced: {updated} of {len(rows)} rows still PENDING")
+        held = 0 if rate is None else rate_admit(cur, group_key, rate[1], rate[0], now_ms)
+        cur.execute(
+            "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms,"
+            " held_back_ms) VALUES (%s, %s, 'CLAIMED', %s, %s, %s, %s)",
+            (new_id, group_key, str(reason), len(rows), now_ms, held),
+        )
+        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut=cut, held_back_ms=held)
 
     def claimed_batch_ids(self, limit: int) -> list[str]:
         """CLAIMED batches, oldest claim first."""
@@ -92,23 +123,22 @@ class BatchStore(Connection):
         """The batch and its member rows, if it is in ``state``."""
         with self.transaction() as cur:
             cur.execute(
-                "SELECT group_key, flush_reason, claimed_at_ms, attempts FROM batches"
-                " WHERE batch_id = %s AND state = %s",
+                "SELECT group_key, flush_reason, claimed_at_ms, attempts, held_back_ms FROM batches"
+                " WHERE batch_id = %s AND state = %s AND kind = 'batch'",
                 (batch_id_, state),
             )
             head = cur.fetchone()
             if head is None:
                 return None
             cur.execute(
-                "SELECT src_topic, src_partition, src_offset, item_id, items, first_seen_ms,"
-                " last_update_ms, merged_events FROM buffer_rows WHERE batch_id = %s AND status = %s"
+                f"SELECT {MEMBER_COLUMNS} FROM buffer_rows WHERE batch_id = %s AND status = %s"
                 " ORDER BY first_seen_ms, pos_key",
                 (batch_id_, "DEAD" if state == "DEAD" else state),
             )
             members = tuple(_member(r) for r in cur.fetchall())
         return ClaimedBatch(
             batch_id_, head["group_key"], FlushReason(head["flush_reason"]), head["claimed_at_ms"],
-            head["attempts"], members,
+            head["attempts"], members, held_back_ms=head["held_back_ms"],
         )
 
     def record_failure(self, batch_id_: str, error: str) -> int | None:
@@ -216,7 +246,7 @@ class BatchStore(Connection):
     def batches_in_state(self, state: str, limit: int = 100) -> list[dict]:
         with self.transaction() as cur:
             cur.execute(
-                "SELECT batch_id, group_key, flush_reason, member_count, attempts, claimed_at_ms,"
+                "SELECT batch_id, group_key, kind, flush_reason, member_count, attempts, claimed_at_ms,"
                 " finished_at_ms, last_error FROM batches WHERE state = %s"
                 " ORDER BY claimed_at_ms, batch_id LIMIT %s",
                 (state, limit),

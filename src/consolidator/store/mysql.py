@@ -1,5 +1,5 @@
 """The buffer on MySQL 8.0 / Aurora MySQL 3 / MariaDB 10.11: one store object composed of one
-part per concern (schema, buffer, offsets, batches, partitions). Every SQL statement lives in this package."""
+part per concern (schema, buffer, offsets, batches, partitions, limits, completion). Every SQL statement lives in this package."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from consolidator.store.batches import BatchStore, ClaimedBatch
 from consolidator.store.buffer import BufferStore, IngestCounts
 from consolidator.store.completion import CompletionStore
 from consolidator.store.connection import ConnectionParams, recreate_database
+from consolidator.store.limits import ExpiryBatch, LimitStore
 from consolidator.store.offsets import Mark, OffsetStore, PartitionOffset
 from consolidator.store.partitions import (
     BUFFER_TABLES,
@@ -15,13 +16,14 @@ from consolidator.store.partitions import (
     PartitionInfo,
     PartitionStore,
 )
+from consolidator.store.rate import Throttled
 from consolidator.store.schema import SchemaStore
 
 __all__ = [
-    "BUFFER_TABLES", "MAXVALUE_PARTITION", "UNSENT", "ClaimedBatch", "ConnectionParams", "IngestCounts",
-    "Mark", "MySQLStore", "PartitionInfo", "PartitionOffset", "recreate_database",
+    "BUFFER_TABLES", "MAXVALUE_PARTITION", "UNSENT", "ClaimedBatch", "ConnectionParams", "ExpiryBatch", "IngestCounts",
+    "Mark", "MySQLStore", "PartitionInfo", "PartitionOffset", "Throttled", "recreate_database",
 ]
 
 
-class MySQLStore(SchemaStore, BufferStore, OffsetStore, BatchStore, PartitionStore, CompletionStore):
+class MySQLStore(SchemaStore, BufferStore, OffsetStore, BatchStore, PartitionStore, LimitStore, CompletionStore):
     """One connection, used by one thread at a time. Reconnects after the server went away."""

@@ -118,6 +118,33 @@ def _migrations(first_bucket: int, no_pad: str) -> list[tuple[int, str, list[str
             ],
         ),
         (
+            5,
+            "per-group rate limit and event time-to-live",
+            [
+                # EXPIRED is appended to the enums: a metadata-only change on both servers.
+                ("ALTER TABLE buffer_rows MODIFY status ENUM('PENDING','CLAIMED','SENT','DEAD','EXPIRED')"
+                " NOT NULL DEFAULT 'PENDING'"),
+                ("ALTER TABLE batches MODIFY state ENUM('CLAIMED','SENT','DEAD','EXPIRED') NOT NULL,"
+                " ADD COLUMN kind ENUM('batch','expiry') NOT NULL DEFAULT 'batch'"
+                " COMMENT 'expiry: rows over the TTL on their way to the dead-letter destination',"
+                " ADD COLUMN held_back_ms BIGINT NOT NULL DEFAULT 0"
+                " COMMENT 'how long the rate limit held the group back before this claim'"),
+                f"""CREATE TABLE group_rate_limits (
+                  group_key {identifier} PRIMARY KEY,
+                  batches INT UNSIGNED NOT NULL,
+                  period_ms BIGINT NOT NULL,
+                  updated_at_ms BIGINT NOT NULL
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+                f"""CREATE TABLE group_rate_state (
+                  group_key {identifier} PRIMARY KEY,
+                  recent_ms TEXT NOT NULL COMMENT 'claim times inside the window, ascending, comma-separated',
+                  throttled_since_ms BIGINT NULL COMMENT 'first refusal since the last claim',
+                  throttled_until_ms BIGINT NULL COMMENT 'next allowed claim, as of the last refusal',
+                  updated_at_ms BIGINT NOT NULL
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+            ],
+        ),
+        (
             6,
             "batch completion trackers: a bit per member, the completion outbox",
             [

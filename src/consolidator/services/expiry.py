@@ -1,0 +1,70 @@
+"""Event time-to-live in the flush: rows over the TTL -> dead-letter destination -> EXPIRED.
+
+Guarantees (SEMANTICS section 10): expiry is never silent and never loses a row before the
+dead-letter write is confirmed. Expired rows are claimed under an expiry record (CLAIMED), one
+dead-letter entry per row (reason ``expired``) is written, and only a confirmed write moves
+them to EXPIRED. A failed write leaves them CLAIMED; the flush's re-publish step settles them
+on a later tick, so an entry can reach the dead-letter destination twice, never zero times.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from consolidator.clock import Clock
+from consolidator.deadletter import DeadLetter, expired_entry
+from consolidator.errors import StoreError
+from consolidator.services.ingest import MetricsRecorder
+from consolidator.store.mysql import ExpiryBatch, MySQLStore
+
+log = logging.getLogger("consolidator.services.flush")
+
+
+@dataclass
+class Expiry:
+    store: MySQLStore
+    dead_letter: DeadLetter
+    clock: Clock
+    metrics: MetricsRecorder
+    chunk: int  # rows per expiry record (``max_batch_size``)
+
+    def expire_group(self, group_key: str, cutoff_ms: int, now: int) -> tuple[int, int]:
+        """Claim the group's PENDING rows whose record timestamp is before ``cutoff_ms``, in chunks,
+        and settle each chunk. Returns (rows claimed for expiry, rows now EXPIRED)."""
+        claimed = expired = 0
+        while True:
+            try:
+                expiry = self.store.claim_expired(group_key, cutoff_ms, self.chunk, now)
+            except StoreError as error:
+                log.warning("expiry skipped this tick", extra={"group_key": group_key, "error": str(error)})
+                return claimed, expired
+            if expiry is None:
+                return claimed, expired
+            claimed += len(expiry.members)
+            expired += self.settle(expiry)
+            if len(expiry.members) < self.chunk:
+                return claimed, expired
+
+    def settle(self, expiry: ExpiryBatch) -> int:
+        """Dead-letter the rows of a CLAIMED expiry record, then mark them EXPIRED. Returns the rows
+        marked (0 when the write or the mark failed: retried on a later tick)."""
+        now = self.clock.now_ms()
+        entries = [expired_entry(expiry.group_key, m, expiry.claimed_at_ms, now) for m in expiry.members]
+        if self.dead_letter.send(entries):
+            log.error("dead-letter write of expired rows failed; they stay CLAIMED and are retried next tick",
+                      extra={"batch_id": expiry.batch_id, "group_key": expiry.group_key,
+                             "rows": len(expiry.members)})
+            return 0
+        try:
+            marked = self.store.mark_expired(expiry.batch_id, now)
+        except StoreError as error:
+            log.error("dead-lettered expired rows not marked EXPIRED; retried next tick (duplicate entries possible)",
+                      extra={"batch_id": expiry.batch_id, "error": str(error)})
+            return 0
+        if not marked:
+            return 0
+        self.metrics.add_metric(name="EventsExpired", unit="Count", value=len(expiry.members))
+        log.warning("rows over the event TTL sent to the dead-letter destination",
+                    extra={"batch_id": expiry.batch_id, "group_key": expiry.group_key, "rows": len(expiry.members)})
+        return len(expiry.members)

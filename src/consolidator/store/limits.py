@@ -1,0 +1,147 @@
+"""Per-group rate limits (overrides and state) and the time-to-live expiry of buffered rows.
+
+Guarantees:
+- overrides are read by the flush once per tick; the rate state itself is read and written in
+  the claim's own transaction (``store/rate.py``);
+- expired rows are claimed under an expiry record (``batches.kind = 'expiry'``, CLAIMED) and
+  reach EXPIRED only through :meth:`LimitStore.mark_expired`, which the flush calls after the
+  dead-letter destination confirmed them: until then they stay CLAIMED and are retried.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from consolidator.batch import Member, batch_id
+from consolidator.errors import StoreError
+from consolidator.policy import RateLimit, RateState
+from consolidator.store.batches import MEMBER_COLUMNS, _member
+from consolidator.store.connection import Connection
+from consolidator.store.rate import decode_recent
+
+EXPIRY_REASON = "expired"
+
+
+@dataclass(frozen=True)
+class ExpiryBatch:
+    """Rows over the TTL, claimed together; they go to the dead-letter destination."""
+
+    batch_id: str
+    group_key: str
+    claimed_at_ms: int
+    members: tuple[Member, ...]
+
+
+class LimitStore(Connection):
+    # -- overrides (``consolidator limits``) -------------------------------------------------
+
+    def set_limit(self, group_key: str, limit: RateLimit, now_ms: int) -> None:
+        with self.transaction() as cur:
+            cur.execute(
+                "INSERT INTO group_rate_limits (group_key, batches, period_ms, updated_at_ms) VALUES (%s, %s, %s, %s)"
+                " ON DUPLICATE KEY UPDATE batches = VALUES(batches), period_ms = VALUES(period_ms),"
+                " updated_at_ms = VALUES(updated_at_ms)",
+                (group_key, limit.batches, limit.period_ms, now_ms),
+            )
+
+    def clear_limit(self, group_key: str) -> bool:
+        """Remove the group's override; False when it had none."""
+        with self.transaction() as cur:
+            return bool(cur.execute("DELETE FROM group_rate_limits WHERE group_key = %s", (group_key,)))
+
+    def limits(self) -> dict[str, RateLimit]:
+        """Every per-group override."""
+        with self.transaction() as cur:
+            cur.execute("SELECT group_key, batches, period_ms FROM group_rate_limits ORDER BY group_key")
+            return {r["group_key"]: RateLimit(int(r["batches"]), int(r["period_ms"])) for r in cur.fetchall()}
+
+    def throttled_groups(self) -> list[dict]:
+        """Groups refused by their rate limit since their last claim, with the next allowed time
+        as of that refusal (the earliest first)."""
+        with self.transaction() as cur:
+            cur.execute(
+                "SELECT group_key, throttled_since_ms, throttled_until_ms FROM group_rate_state"
+                " WHERE throttled_since_ms IS NOT NULL ORDER BY throttled_until_ms, group_key"
+            )
+            return list(cur.fetchall())
+
+    def rate_states(self, group_keys: list[str]) -> dict[str, RateState]:
+        """The rate states of ``group_keys`` (absent: never claimed under a limit). Read only."""
+        if not group_keys:
+            return {}
+        marks = ", ".join(["%s"] * len(group_keys))
+        with self.transaction() as cur:
+            cur.execute(
+                f"SELECT group_key, recent_ms, throttled_since_ms FROM group_rate_state WHERE group_key IN ({marks})"
+                " ORDER BY group_key",
+                tuple(group_keys),
+            )
+            return {r["group_key"]: RateState(decode_recent(r["recent_ms"]), r["throttled_since_ms"])
+                    for r in cur.fetchall()}
+
+    # -- time-to-live ------------------------------------------------------------------------
+
+    def claim_expired(self, group_key: str, cutoff_ms: int, limit: int, now_ms: int) -> ExpiryBatch | None:
+        """Claim up to ``limit`` PENDING rows of the group whose newest event's record timestamp
+        is before ``cutoff_ms``, oldest first, under one expiry record (CLAIMED)."""
+        with self.transaction() as cur:
+            cur.execute(
+                f"SELECT id, bucket, {MEMBER_COLUMNS} FROM buffer_rows"
+                " WHERE status = 'PENDING' AND group_key = %s AND record_ts_ms < %s"
+                " ORDER BY first_seen_ms, pos_key LIMIT %s FOR UPDATE SKIP LOCKED",
+                (group_key, cutoff_ms, limit),
+            )
+            rows = cur.fetchall()
+            if not rows:
+                return None
+            members = tuple(_member(r) for r in rows)
+            new_id = batch_id(f"{EXPIRY_REASON}\n{group_key}", (m.position for m in members))
+            pairs = [v for r in rows for v in (r["id"], r["bucket"])]
+            updated = cur.execute(
+                "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
+                f" AND (id, bucket) IN ({', '.join(['(%s, %s)'] * len(rows))})",
+                (new_id, *pairs),
+            )
+            if updated != len(rows):
+                raise StoreError(f"expiry of {group_key!r} raced: {updated} of {len(rows)} rows still PENDING")
+            cur.execute(
+                "INSERT INTO batches (batch_id, group_key, state, kind, flush_reason, member_count, claimed_at_ms)"
+                " VALUES (%s, %s, 'CLAIMED', 'expiry', %s, %s, %s)",
+                (new_id, group_key, EXPIRY_REASON, len(rows), now_ms),
+            )
+        return ExpiryBatch(new_id, group_key, now_ms, members)
+
+    def load_expiry(self, batch_id_: str) -> ExpiryBatch | None:
+        """A CLAIMED expiry record and its rows (None when it is not CLAIMED any more)."""
+        with self.transaction() as cur:
+            cur.execute(
+                "SELECT group_key, claimed_at_ms FROM batches"
+                " WHERE batch_id = %s AND state = 'CLAIMED' AND kind = 'expiry'",
+                (batch_id_,),
+            )
+            head = cur.fetchone()
+            if head is None:
+                return None
+            cur.execute(
+                f"SELECT {MEMBER_COLUMNS} FROM buffer_rows WHERE batch_id = %s AND status = 'CLAIMED'"
+                " ORDER BY first_seen_ms, pos_key",
+                (batch_id_,),
+            )
+            members = tuple(_member(r) for r in cur.fetchall())
+        return ExpiryBatch(batch_id_, head["group_key"], head["claimed_at_ms"], members)
+
+    def mark_expired(self, batch_id_: str, now_ms: int) -> bool:
+        """CLAIMED -> EXPIRED for an expiry record and its rows: call only after the dead-letter
+        destination confirmed them. False when it was not CLAIMED any more."""
+        with self.transaction() as cur:
+            changed = cur.execute(
+                "UPDATE batches SET state = 'EXPIRED', finished_at_ms = %s"
+                " WHERE batch_id = %s AND state = 'CLAIMED' AND kind = 'expiry'",
+                (now_ms, batch_id_),
+            )
+            if changed:
+                cur.execute(
+                    "UPDATE buffer_rows SET status = 'EXPIRED' WHERE batch_id = %s AND status = 'CLAIMED'",
+                    (batch_id_,),
+                )
+        return bool(changed)
