@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# make fresh-check: prove the README's promise on a truly fresh machine.
+#
+# 1. debootstrap a minimal Debian 12 root; install only git and make in it (the prerequisite);
+#    clone this repository's HEAD into it.
+# 2. With network: `make demo` (timed: a newcomer's first run), then `make setup`, the set-up
+#    half of `make test` (so the servers, Java, Node.js, the extras and the wheels are fetched).
+# 3. In a network namespace with loopback only: `make demo`, then `make test`. The servers of
+#    step 2 are gone, so the project must start its own, and nothing can be downloaded.
+# 4. Print the pytest summary.
+#
+# Every step runs in its own mount + PID namespace (unshare --kill-child): /proc, /dev and /sys
+# are mounted only there, and when the step ends the kernel ends every process it left. The
+# servers set-up started are stopped by pid first. The trap checks that nothing is left
+# mounted or running under the root, then deletes it (FRESH_CHECK_KEEP=1 keeps it).
+# Needs root and network to Debian's mirror and PyPI. About 15-20 minutes.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+[ "$(id -u)" -eq 0 ] || { echo "fresh-check: needs root (debootstrap, chroot, namespaces)" >&2; exit 2; }
+MIRROR=${FRESH_CHECK_MIRROR:-http://deb.debian.org/debian}
+WORK=$(mktemp -d "${FRESH_CHECK_TMP:-/var/tmp}/consolidator-fresh.XXXXXX")
+ROOT=$WORK/root
+T_START=$(date +%s)
+STEP_PID=""
+say() { echo "fresh-check: $*"; }
+
+left_behind() {  # mounts under the root, then processes whose root directory is the root
+  findmnt -rn -o TARGET | awk -v r="$ROOT" 'index($0, r) == 1'
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/root" 2>/dev/null)" = "$ROOT" ] && echo "process ${p#/proc/}"
+  done
+  return 0
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "$STEP_PID" ] && kill -0 "$STEP_PID" 2>/dev/null; then
+    kill "$STEP_PID" 2>/dev/null || true  # unshare --kill-child: its namespace dies with it
+    wait "$STEP_PID" 2>/dev/null || true
+  fi
+  findmnt -rn -o TARGET | awk -v r="$ROOT" 'index($0, r) == 1' | sort -r \
+    | while read -r m; do umount -l "$m" || true; done
+  local left; left=$(left_behind)
+  if [ -n "$left" ]; then
+    say "LEFT BEHIND (not deleting $WORK):" >&2; echo "$left" >&2; rc=1
+  elif [ "${FRESH_CHECK_KEEP:-0}" = 1 ]; then
+    say "nothing mounted or running; root kept in $ROOT"
+  else
+    rm -rf "$WORK"
+    say "nothing mounted or running; removed the fresh root"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# in_root NET SCRIPT: run SCRIPT (bash) in the fresh root, in new mount, PID and UTS namespaces,
+# and also a new network namespace with only loopback when NET is "offline".
+in_root() {
+  local net=$1 script=$2 flags=(--mount --pid --uts --fork --kill-child)
+  [ "$net" = online ] || flags+=(--net)
+  printf '%s\n' "set -euo pipefail" "cd /root" "$script" > "$ROOT/root/step.sh"
+  unshare "${flags[@]}" -- bash -euc '
+    root=$1
+    hostname consolidator-fresh
+    [ "$2" = online ] || ip link set lo up
+    mount -t proc proc "$root/proc"
+    mount --rbind /dev "$root/dev"
+    mount -t sysfs sysfs "$root/sys"
+    exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb CI="${CI:-}" \
+      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin bash /root/step.sh
+  ' fresh "$ROOT" "$net" &
+  STEP_PID=$!
+  local rc=0; wait "$STEP_PID" || rc=$?
+  STEP_PID=""
+  return "$rc"
+}
+
+# Stop what the project's set-up started, by the pids it recorded.
+STOP_SERVERS='
+if [ -f /root/consolidator/.tools/run/started.pids ]; then
+  while read -r name pid; do
+    echo "fresh-check: stopping $name (pid $pid)"; kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  done < /root/consolidator/.tools/run/started.pids
+  rm -f /root/consolidator/.tools/run/started.pids
+fi'
+
+if [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no)" ]; then
+  say "note: uncommitted changes are not checked (the fresh root gets a clone of HEAD)"
+fi
+command -v debootstrap >/dev/null || {
+  say "installing debootstrap on this machine"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+}
+
+say "building a minimal Debian 12 root in $ROOT (about a minute)"
+debootstrap --variant=minbase bookworm "$ROOT" "$MIRROR" > "$WORK/debootstrap.log" 2>&1 \
+  || { tail -n 20 "$WORK/debootstrap.log" >&2; exit 1; }
+cat > "$ROOT/etc/apt/sources.list" <<EOF
+deb $MIRROR bookworm main
+deb $MIRROR bookworm-updates main
+deb http://deb.debian.org/debian-security bookworm-security main
+EOF
+cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+echo consolidator-fresh > "$ROOT/etc/hostname"
+printf '127.0.0.1\tlocalhost\n127.0.1.1\tconsolidator-fresh\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+  > "$ROOT/etc/hosts"
+# As in container images: packages' maintainer scripts start no services. The project's set-up
+# must start MariaDB and Redis itself.
+printf '#!/bin/sh\nexit 101\n' > "$ROOT/usr/sbin/policy-rc.d"; chmod +x "$ROOT/usr/sbin/policy-rc.d"
+
+say "installing git and make in the fresh root (the README's prerequisite)"
+in_root online 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git make >/dev/null'
+git clone --quiet --no-checkout "$REPO" "$ROOT/root/consolidator"
+git -C "$ROOT/root/consolidator" checkout --quiet "$(git -C "$REPO" rev-parse HEAD)"
+say "cloned $(git -C "$REPO" rev-parse --short HEAD) into /root/consolidator"
+
+say "step 1/2, with network: make demo (timed), then make setup (the set-up of make test)"
+in_root online "
+cd consolidator
+t0=\$(date +%s)
+make demo
+echo \"fresh-check: first make demo took \$(( \$(date +%s) - t0 )) s, set-up included\" | tee /root/demo-time
+t0=\$(date +%s)
+make setup
+echo \"fresh-check: make setup (the rest of make test's set-up) took \$(( \$(date +%s) - t0 )) s\" | tee /root/setup-time
+$STOP_SERVERS"
+
+say "step 2/2, loopback only (no network): make demo, then make test"
+rc=0
+in_root offline "
+cd consolidator
+make demo
+rc=0; make test 2>&1 | tee /root/make-test.log || rc=\$?
+$STOP_SERVERS
+exit \$rc" || rc=$?
+
+say "----- summary -----"
+cat "$ROOT/root/demo-time" "$ROOT/root/setup-time" 2>/dev/null || true
+summary=$(grep -E '^=+ .*(passed|failed|error|no tests ran).* in [0-9.]+s' "$ROOT/root/make-test.log" | tail -n 1 || true)
+say "offline make test: exit $rc; pytest: ${summary:-no summary line}"
+say "total $(( $(date +%s) - T_START )) s"
+[ "$rc" -eq 0 ] && [ -n "$summary" ]
