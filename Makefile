@@ -2,6 +2,8 @@
 # `make demo` (quick: the demo's needs only) and `make test` (everything, then ruff and pytest).
 PY := .venv/bin/python
 UV := .tools/venv/bin/uv
+export UV_PYTHON_DOWNLOADS := never
+export UV_SYSTEM_CERTS := true
 # jsii warns on every CDK call that Debian 12's Node.js 18 is past its end of life; CDK
 # synthesizes fine on it, so the banner is silenced.
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 1

@@ -95,24 +95,49 @@ command -v debootstrap >/dev/null || {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
 }
 
-say "building a minimal Debian 12 root in $ROOT (about a minute)"
-debootstrap --variant=minbase bookworm "$ROOT" "$MIRROR" > "$WORK/debootstrap.log" 2>&1 \
-  || { tail -n 20 "$WORK/debootstrap.log" >&2; exit 1; }
-cat > "$ROOT/etc/apt/sources.list" <<EOF
-deb $MIRROR bookworm main
-deb $MIRROR bookworm-updates main
-deb http://deb.debian.org/debian-security bookworm-security main
-EOF
-cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
-echo consolidator-fresh > "$ROOT/etc/hostname"
-printf '127.0.0.1\tlocalhost\n127.0.1.1\tconsolidator-fresh\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
-  > "$ROOT/etc/hosts"
-# As in container images: packages' maintainer scripts start no services. The project's set-up
-# must start MariaDB and Redis itself.
-printf '#!/bin/sh\nexit 101\n' > "$ROOT/usr/sbin/policy-rc.d"; chmod +x "$ROOT/usr/sbin/policy-rc.d"
+case "$ROOT" in /?*/root) ;; *) say "refusing to work on root '$ROOT'" >&2; exit 2 ;; esac
+if [ -n "${FRESH_CHECK_REUSE:-}" ]; then
+  # For debugging the check itself: reuse a root kept by FRESH_CHECK_KEEP=1. Not fresh: its
+  # timings and downloads mean nothing. Deleted at the end unless FRESH_CHECK_KEEP=1.
+  rmdir "$ROOT" 2>/dev/null || true
+  mv "$FRESH_CHECK_REUSE" "$ROOT"
+  rm -rf "$ROOT/root/consolidator"
+  say "REUSING $FRESH_CHECK_REUSE: this run is NOT a fresh check"
+else
+  say "building a minimal Debian 12 root in $ROOT (debootstrap, about a minute on an idle machine)"
+  debootstrap --variant=minbase bookworm "$ROOT" "$MIRROR" > "$WORK/debootstrap.log" 2>&1 &
+  bootstrap=$!
+  while kill -0 "$bootstrap" 2>/dev/null; do
+    sleep 15
+    say "  ... debootstrap: $(tail -n 1 "$WORK/debootstrap.log")"
+  done
+  wait "$bootstrap" || { tail -n 20 "$WORK/debootstrap.log" >&2; exit 1; }
+  {
+    echo "deb $MIRROR bookworm main"
+    echo "deb $MIRROR bookworm-updates main"
+    echo "deb http://deb.debian.org/debian-security bookworm-security main"
+  } > "$ROOT/etc/apt/sources.list"
+  cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+  echo consolidator-fresh > "$ROOT/etc/hostname"
+  printf '127.0.0.1\tlocalhost\n127.0.1.1\tconsolidator-fresh\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+    > "$ROOT/etc/hosts"
+  # As in container images: packages' maintainer scripts start no services. The project's
+  # set-up must start MariaDB and Redis itself.
+  printf '#!/bin/sh\nexit 101\n' > "$ROOT/usr/sbin/policy-rc.d"
+  chmod +x "$ROOT/usr/sbin/policy-rc.d"
+  # Where this machine's network inspects TLS with a CA of its own, the root trusts the local
+  # CAs this machine trusts (nothing else of its set-up is copied): any machine on the same
+  # network needs them.
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    mkdir -p "$ROOT/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
+  fi
 
-say "installing git and make in the fresh root (the README's prerequisite)"
-in_root online 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git make >/dev/null'
+  say "installing git and make in the fresh root (the README's prerequisite)"
+  in_root online 'apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git make >/dev/null
+update-ca-certificates >/dev/null'
+fi
 git clone --quiet --no-checkout "$REPO" "$ROOT/root/consolidator"
 git -C "$ROOT/root/consolidator" checkout --quiet "$(git -C "$REPO" rev-parse HEAD)"
 say "cloned $(git -C "$REPO" rev-parse --short HEAD) into /root/consolidator"

@@ -81,7 +81,9 @@ if [ ! -f "$uv_stamp" ]; then
   touch "$uv_stamp"
 fi
 UV="$REPO/.tools/venv/bin/uv"
-export UV_PYTHON_DOWNLOADS=never UV_PYTHON_PREFERENCE=only-system
+# The system's Python (never a downloaded one), and the system's CA store: it holds any CA a
+# proxy on the way to PyPI needs, which uv's bundled roots do not.
+export UV_PYTHON_DOWNLOADS=never UV_PYTHON_PREFERENCE=only-system UV_SYSTEM_CERTS=true
 [ "$PROFILE" != uv ] || { say "uv ready: $("$UV" --version) at .tools/venv/bin/uv"; exit 0; }
 
 # --- MariaDB ----------------------------------------------------------------------------------
