@@ -5,11 +5,13 @@
 #    clone this repository's HEAD into it.
 # 2. With network: `make demo` (timed: a newcomer's first run), then `make setup`, the set-up
 #    half of `make test` (so the servers, Java, Node.js, the extras and the wheels are fetched).
-# 3. In a network namespace with loopback only: `make demo`, then `make test`. The servers of
-#    step 2 are gone, so the project must start its own, and nothing can be downloaded.
+# 3. With loopback only: `make demo`, then `make test`. The servers of step 2 are gone, so
+#    the project must start its own again, and nothing can be downloaded.
 # 4. Print the pytest summary.
 #
-# Every step runs in its own mount + PID namespace (unshare --kill-child): /proc, /dev and /sys
+# Every step runs in its own network namespace (so this machine's own MariaDB and Redis are out
+# of reach; step 2's uplink is slirp4netns, user-mode) and its own mount + PID namespaces
+# (unshare --kill-child): /proc, /dev and /sys
 # are mounted only there, and when the step ends the kernel ends every process it left. The
 # servers set-up started are stopped by pid first. The trap checks that nothing is left
 # mounted or running under the root, then deletes it (FRESH_CHECK_KEEP=1 keeps it).
@@ -22,6 +24,7 @@ WORK=$(mktemp -d "${FRESH_CHECK_TMP:-/var/tmp}/consolidator-fresh.XXXXXX")
 ROOT=$WORK/root
 T_START=$(date +%s)
 STEP_PID=""
+SLIRP_PID=""
 say() { echo "fresh-check: $*"; }
 
 left_behind() {  # mounts under the root, then processes whose root directory is the root
@@ -36,9 +39,11 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   if [ -n "$STEP_PID" ] && kill -0 "$STEP_PID" 2>/dev/null; then
-    kill "$STEP_PID" 2>/dev/null || true  # unshare --kill-child: its namespace dies with it
+    # unshare ignores SIGTERM while it waits; killed, it takes its namespace along (--kill-child)
+    kill -KILL "$STEP_PID" 2>/dev/null || true
     wait "$STEP_PID" 2>/dev/null || true
   fi
+  [ -z "$SLIRP_PID" ] || kill "$SLIRP_PID" 2>/dev/null || true
   findmnt -rn -o TARGET | awk -v r="$ROOT" 'index($0, r) == 1' | sort -r \
     | while read -r m; do umount -l "$m" || true; done
   local left; left=$(left_behind)
@@ -55,16 +60,21 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# in_root NET SCRIPT: run SCRIPT (bash) in the fresh root, in new mount, PID and UTS namespaces,
-# and also a new network namespace with only loopback when NET is "offline".
+# in_root NET SCRIPT: run SCRIPT (bash) in the fresh root, in new mount, PID, UTS and network
+# namespaces. The root never sees this machine's servers: its 127.0.0.1 is its own loopback.
+# NET=online adds a user-mode uplink (slirp4netns: no change to this machine's network set-up,
+# and the machine's own loopback stays out of reach); NET=offline has loopback only.
 in_root() {
-  local net=$1 script=$2 flags=(--mount --pid --uts --fork --kill-child)
-  [ "$net" = online ] || flags+=(--net)
+  local net=$1 script=$2
   printf '%s\n' "set -euo pipefail" "cd /root" "$script" > "$ROOT/root/step.sh"
-  unshare "${flags[@]}" -- bash -euc '
+  unshare --mount --pid --uts --net --fork --kill-child -- bash -euc '
     root=$1
     hostname consolidator-fresh
-    [ "$2" = online ] || ip link set lo up
+    ip link set lo up
+    if [ "$2" = online ]; then  # wait for slirp4netns to configure tap0
+      for _ in $(seq 1 100); do ip -4 addr show tap0 2>/dev/null | grep -q inet && break; sleep 0.1; done
+      ip -4 addr show tap0 2>/dev/null | grep -q inet || { echo "fresh-check: no uplink" >&2; exit 1; }
+    fi
     mount -t proc proc "$root/proc"
     mount --rbind /dev "$root/dev"
     mount -t sysfs sysfs "$root/sys"
@@ -72,8 +82,18 @@ in_root() {
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin bash /root/step.sh
   ' fresh "$ROOT" "$net" &
   STEP_PID=$!
+  if [ "$net" = online ]; then
+    local child=""
+    for _ in $(seq 1 100); do
+      child=$(awk '{print $1}' "/proc/$STEP_PID/task/$STEP_PID/children" 2>/dev/null || true)
+      [ -n "$child" ] && break; sleep 0.1
+    done
+    slirp4netns --configure --mtu=65520 --disable-host-loopback "$child" tap0 >"$WORK/slirp4netns.log" 2>&1 &
+    SLIRP_PID=$!
+  fi
   local rc=0; wait "$STEP_PID" || rc=$?
   STEP_PID=""
+  if [ -n "$SLIRP_PID" ]; then kill "$SLIRP_PID" 2>/dev/null || true; wait "$SLIRP_PID" 2>/dev/null || true; SLIRP_PID=""; fi
   return "$rc"
 }
 
@@ -90,10 +110,13 @@ fi'
 if [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no)" ]; then
   say "note: uncommitted changes are not checked (the fresh root gets a clone of HEAD)"
 fi
-command -v debootstrap >/dev/null || {
-  say "installing debootstrap on this machine"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-}
+missing=()
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+command -v slirp4netns >/dev/null || missing+=(slirp4netns)
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]} on this machine"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
 
 case "$ROOT" in /?*/root) ;; *) say "refusing to work on root '$ROOT'" >&2; exit 2 ;; esac
 if [ -n "${FRESH_CHECK_REUSE:-}" ]; then
@@ -117,7 +140,7 @@ else
     echo "deb $MIRROR bookworm-updates main"
     echo "deb http://deb.debian.org/debian-security bookworm-security main"
   } > "$ROOT/etc/apt/sources.list"
-  cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+  echo "nameserver 10.0.2.3" > "$ROOT/etc/resolv.conf"  # slirp4netns forwards DNS
   echo consolidator-fresh > "$ROOT/etc/hostname"
   printf '127.0.0.1\tlocalhost\n127.0.1.1\tconsolidator-fresh\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
     > "$ROOT/etc/hosts"
