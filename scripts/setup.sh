@@ -24,16 +24,39 @@ SUMMARY=()
 say() { echo "setup: $*"; }
 
 # run_long LABEL LOGFILE CMD...: run CMD with its output in LOGFILE, say every 15 s that it is
-# still running, and on failure print the log's tail.
+# still running, and on failure print the log's tail. start_bg/wait_bg: the same, split in two
+# so that something else runs meanwhile.
+start_bg() {
+  BG_LABEL=$1 BG_LOG=$2; shift 2
+  BG_T0=$(date +%s)
+  say "$BG_LABEL ..."
+  "$@" >"$BG_LOG" 2>&1 &
+  BG_PID=$!
+}
+wait_bg() {
+  [ -n "${BG_PID:-}" ] || return 0
+  local next=$((BG_T0 + 15)) now
+  while kill -0 "$BG_PID" 2>/dev/null; do
+    sleep 1; now=$(date +%s)
+    if [ "$now" -ge "$next" ]; then say "  ... still $BG_LABEL ($((now - BG_T0)) s)"; next=$((now + 15)); fi
+  done
+  if ! wait "$BG_PID"; then
+    say "FAILED: $BG_LABEL; last lines of $BG_LOG:" >&2
+    tail -n 25 "$BG_LOG" >&2
+    exit 1
+  fi
+  say "  done: $BG_LABEL, in $(( $(date +%s) - BG_T0 )) s"
+  BG_PID=""
+}
 run_long() {
   local label=$1 log=$2; shift 2
-  local t0; t0=$(date +%s)
+  local t0 now next pid; t0=$(date +%s); next=$((t0 + 15))
   say "$label ..."
   "$@" >"$log" 2>&1 &
-  local pid=$! waited=0
+  pid=$!
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 1; waited=$((waited + 1))
-    [ $((waited % 15)) -ne 0 ] || say "  ... still $label ($(( $(date +%s) - t0 )) s)"
+    sleep 1; now=$(date +%s)
+    if [ "$now" -ge "$next" ]; then say "  ... still $label ($((now - t0)) s)"; next=$((now + 15)); fi
   done
   if ! wait "$pid"; then
     say "FAILED: $label; last lines of $log:" >&2
@@ -44,28 +67,32 @@ run_long() {
 }
 
 # --- system packages ------------------------------------------------------------------------
-need_apt=()
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
-[ -f /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
-have python3 || need_apt+=(python3)
-python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv)
+apt_python=(); apt_rest=()
+[ -f /etc/ssl/certs/ca-certificates.crt ] || apt_python+=(ca-certificates)
+have python3 || apt_python+=(python3)
+python3 -c "import venv, ensurepip" >/dev/null 2>&1 || apt_python+=(python3-venv)
 if [ "$PROFILE" != uv ]; then
-  have mariadbd || need_apt+=(mariadb-server)
-  have mysql || need_apt+=(mariadb-client)
-  have redis-server || need_apt+=(redis-server)
-  have redis-cli || need_apt+=(redis-tools)
+  have mariadbd || apt_rest+=(mariadb-server)
+  have mysql || apt_rest+=(mariadb-client)
+  have redis-server || apt_rest+=(redis-server)
+  have redis-cli || apt_rest+=(redis-tools)
 fi
 if [ "$PROFILE" = test ]; then
-  have java || need_apt+=(openjdk-17-jre-headless)   # Spark tests
-  have node || need_apt+=(nodejs)                    # CDK (jsii) tests; Debian's Node 18 will do
+  have java || apt_rest+=(openjdk-17-jre-headless)   # Spark tests
+  have node || apt_rest+=(nodejs)                    # CDK (jsii) tests; Debian's Node 18 will do
 fi
-if [ ${#need_apt[@]} -gt 0 ]; then
+apt_install() { env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "$@"; }
+if [ $((${#apt_python[@]} + ${#apt_rest[@]})) -gt 0 ]; then
   # A Java package's postinst needs this directory, which slim images lack.
   [ "$PROFILE" != test ] || $SUDO mkdir -p /usr/share/man/man1
   run_long "updating the apt package lists" "$LOGS/apt-update.log" $SUDO apt-get update
-  run_long "installing ${need_apt[*]} (apt)" "$LOGS/apt-install.log" \
-    env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${need_apt[@]}"
-  SUMMARY+=("apt installed: ${need_apt[*]}")
+  [ ${#apt_python[@]} -eq 0 ] || run_long "installing ${apt_python[*]} (apt)" "$LOGS/apt-python.log" \
+    apt_install "${apt_python[@]}"
+  # The servers and runtimes install in the background while uv fetches the Python side.
+  [ ${#apt_rest[@]} -eq 0 ] || start_bg "installing ${apt_rest[*]} (apt, in the background)" \
+    "$LOGS/apt-install.log" apt_install "${apt_rest[@]}"
+  SUMMARY+=("apt installed: ${apt_python[*]} ${apt_rest[*]}")
 else
   SUMMARY+=("apt: every system package needed was already there")
 fi
@@ -76,8 +103,12 @@ fi
 uv_stamp=.tools/venv/.uv-$(sha256sum scripts/uv-requirements.txt | cut -c1-16)
 if [ ! -f "$uv_stamp" ]; then
   rm -rf .tools/venv
-  run_long "installing uv into .tools/venv" "$LOGS/uv.log" \
-    bash -c 'python3 -m venv .tools/venv && .tools/venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r scripts/uv-requirements.txt'
+  # Debian's pip wheel runs in place: a venv without pip is made in a fraction of the time.
+  pip_wheel=$(ls /usr/share/python-wheels/pip-*.whl 2>/dev/null | tail -n 1 || true)
+  if [ -n "$pip_wheel" ]; then make_venv="python3 -m venv --without-pip .tools/venv"; pip=".tools/venv/bin/python $pip_wheel/pip"
+  else make_venv="python3 -m venv .tools/venv"; pip=".tools/venv/bin/python -m pip"; fi
+  run_long "installing uv into .tools/venv" "$LOGS/uv.log" bash -c "$make_venv && $pip install -q \
+    --disable-pip-version-check --no-compile --require-hashes -r scripts/uv-requirements.txt"
   touch "$uv_stamp"
 fi
 UV="$REPO/.tools/venv/bin/uv"
@@ -85,6 +116,23 @@ UV="$REPO/.tools/venv/bin/uv"
 # proxy on the way to PyPI needs, which uv's bundled roots do not.
 export UV_PYTHON_DOWNLOADS=never UV_PYTHON_PREFERENCE=only-system UV_SYSTEM_CERTS=true
 [ "$PROFILE" != uv ] || { say "uv ready: $("$UV" --version) at .tools/venv/bin/uv"; exit 0; }
+
+# --- Python venv from uv.lock -----------------------------------------------------------------
+if [ "$PROFILE" = demo ]; then
+  # --inexact: keep what a `test` set-up installed; the demo needs only the cli extra.
+  sync_args=(--extra cli --inexact); extras="cli"
+else
+  sync_args=(--extra dev --extra spark --extra infra); extras="dev, spark, infra"
+fi
+if ! "$UV" sync --frozen --offline "${sync_args[@]}" --dry-run 2>&1 | grep -q "Would make no changes"; then
+  run_long "installing the locked Python dependencies (extras: $extras) into .venv" "$LOGS/uv-sync.log" \
+    "$UV" sync --frozen --python python3 "${sync_args[@]}"
+  SUMMARY+=("Python: $(grep -E '^(Installed|Uninstalled)' "$LOGS/uv-sync.log" | tr '\n' ' ')from uv.lock")
+else
+  SUMMARY+=("Python: .venv already matches uv.lock (extras: $extras)")
+fi
+
+wait_bg  # the servers' packages
 
 # --- MariaDB ----------------------------------------------------------------------------------
 record_started() { grep -v "^$1 " .tools/run/started.pids 2>/dev/null > .tools/run/started.tmp || true
@@ -151,21 +199,6 @@ else
   redis_how="started by set-up (pid $pid, log $redis_log)"
 fi
 SUMMARY+=("Redis $(redis-cli -h 127.0.0.1 info server | sed -n 's/^redis_version:\([^\r]*\).*/\1/p') on 127.0.0.1:6379: $redis_how")
-
-# --- Python venv from uv.lock -----------------------------------------------------------------
-if [ "$PROFILE" = demo ]; then
-  # --inexact: keep what a `test` set-up installed; the demo needs only the cli extra.
-  sync_args=(--extra cli --inexact); extras="cli"
-else
-  sync_args=(--extra dev --extra spark --extra infra); extras="dev, spark, infra"
-fi
-if ! "$UV" sync --frozen --offline "${sync_args[@]}" --dry-run 2>&1 | grep -q "Would make no changes"; then
-  run_long "installing the locked Python dependencies (extras: $extras) into .venv" "$LOGS/uv-sync.log" \
-    "$UV" sync --frozen --python python3 "${sync_args[@]}"
-  SUMMARY+=("Python: $(grep -E '^(Installed|Uninstalled)' "$LOGS/uv-sync.log" | tr '\n' ' ')from uv.lock")
-else
-  SUMMARY+=("Python: .venv already matches uv.lock (extras: $extras)")
-fi
 
 # --- Lambda bundle dependencies (arm64 wheels from the lock) ----------------------------------
 if [ "$PROFILE" = test ]; then
