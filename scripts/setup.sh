@@ -92,7 +92,7 @@ if [ $((${#apt_python[@]} + ${#apt_rest[@]})) -gt 0 ]; then
   # The servers and runtimes install in the background while uv fetches the Python side.
   [ ${#apt_rest[@]} -eq 0 ] || start_bg "installing ${apt_rest[*]} (apt, in the background)" \
     "$LOGS/apt-install.log" apt_install "${apt_rest[@]}"
-  SUMMARY+=("apt installed: ${apt_python[*]} ${apt_rest[*]}")
+  SUMMARY+=("apt installed: $(echo ${apt_python[*]} ${apt_rest[*]})")
 else
   SUMMARY+=("apt: every system package needed was already there")
 fi
@@ -139,8 +139,12 @@ record_started() { grep -v "^$1 " .tools/run/started.pids 2>/dev/null > .tools/r
                    echo "$1 $2" >> .tools/run/started.tmp; mv .tools/run/started.tmp .tools/run/started.pids; }
 mariadb_alive() { mysqladmin --connect-timeout=2 -h127.0.0.1 --protocol=tcp -uroot ping >/dev/null 2>&1 \
                   || mysqladmin --connect-timeout=2 --protocol=socket -uroot ping >/dev/null 2>&1; }
+# "already running": by an earlier set-up (its pid is recorded and alive), or not ours.
+earlier() { local pid; pid=$(awk -v n="$1" '$1 == n {print $2}' .tools/run/started.pids 2>/dev/null)
+            if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "started by an earlier set-up (pid $pid)"
+            else echo "already running, used as it is (not started by this project)"; fi; }
 if mariadb_alive; then
-  mariadb_how="already running, used as it is"
+  mariadb_how=$(earlier mariadb)
 else
   mariadb_log=/var/log/mysql/consolidator-setup.err
   $SUDO mkdir -p /run/mysqld /var/log/mysql
@@ -181,7 +185,7 @@ SUMMARY+=("MariaDB $(mysql -h127.0.0.1 -uroot -N -e 'SELECT VERSION()') on 127.0
 # --- Redis ------------------------------------------------------------------------------------
 redis_alive() { [ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" = PONG ]; }
 if redis_alive; then
-  redis_how="already running, used as it is"
+  redis_how=$(earlier redis)
 else
   redis_log=/var/log/redis/consolidator-setup.log
   $SUDO mkdir -p /var/log/redis && $SUDO rm -f "$redis_log"
