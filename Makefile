@@ -4,9 +4,9 @@ PY := .venv/bin/python
 UV := .tools/venv/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_SYSTEM_CERTS := true
-# jsii prints a banner that Debian 12's Node.js 18 is past its end of life (the variable takes a
-# list of major versions); CDK synthesizes fine on it, so the banner is silenced.
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 18
+# jsii prints a banner that Node.js 18 (Debian 12's) and 20 are past their end of life (the
+# variable takes a list of major versions); CDK synthesizes fine on both, so it is silenced.
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 18,20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
