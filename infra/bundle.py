@@ -2,18 +2,23 @@
 
 One directory per function, each holding:
 
-* the runtime dependencies of ``pyproject.toml``'s ``[project.dependencies]`` as manylinux
-  wheels for arm64 / CPython 3.12 (``pip install --platform ... --only-binary=:all:``), minus
-  boto3/botocore/s3transfer which the Lambda runtime provides;
+* the runtime dependencies (``[project.dependencies]``, no extras) at the exact versions of
+  ``uv.lock``, as manylinux wheels for arm64 / CPython 3.12, hashes checked
+  (``uv export`` of the lock, then ``uv pip install --target --python-platform
+  --require-hashes --only-binary :all:``), minus boto3/botocore/s3transfer which the Lambda
+  runtime provides;
 * the ``consolidator`` package from ``src/`` without ``spark/`` (no Spark, no CDK);
 * ``functions/<name>/handler.py`` at the root, so the Lambda handler is ``handler.handler``.
 
-Dependencies are installed once into ``build/lambda/_dependencies-<hash>/`` (hash of
-pyproject.toml and this file) and hard-linked into ``build/lambda/<name>-<hash>/`` (hash of
-everything in that bundle). Synth, tests and ``sam`` reuse the cache and need no network once
-it exists.
+Dependencies are installed once into ``build/lambda/_dependencies-<hash>/`` and hard-linked into
+``build/lambda/<name>-<hash>/``. The dependencies hash covers the exported lock (versions and
+hashes) and this file, so the asset hash of every function changes when a locked version does.
 
-Usage: ``python infra/bundle.py [ingest flush ...]`` prints the directory of each function.
+Only set-up downloads (``python infra/bundle.py --fetch``, run by ``scripts/setup.sh test``).
+Everything else (synth, tests, ``sam``) builds with ``uv --offline``: from the dependencies
+directory, else from uv's cache, else it fails and says to run the set-up.
+
+Usage: ``python infra/bundle.py [--fetch] [ingest flush ...]`` prints the directory of each function.
 """
 
 from __future__ import annotations
@@ -23,17 +28,14 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build" / "lambda"
 PYTHON_VERSION = "3.12"
-PLATFORMS = (  # Lambda python3.12 runs on Amazon Linux 2023 (glibc 2.34), arm64
-    "manylinux2014_aarch64",
-    "manylinux_2_28_aarch64",
-    "manylinux_2_34_aarch64",
-)
+# Lambda python3.12 runs on Amazon Linux 2023 (glibc 2.34), arm64: any manylinux wheel up to 2.34.
+PLATFORM = "aarch64-manylinux_2_34"
 # Provided by the Lambda Python runtime; dropped from the bundle to keep it small.
 RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer")
 # Never allowed in a function bundle.
@@ -42,15 +44,37 @@ EXCLUDED_SOURCE = ("spark", "__pycache__")
 
 
 class BundleError(RuntimeError):
-    """The bundle could not be built (pip failed, a handler is missing, a forbidden package)."""
+    """The bundle could not be built (no uv, no lock, uv failed, a handler is missing, a
+    forbidden package)."""
 
 
-def runtime_dependencies(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
-    return list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+def uv_command() -> str:
+    """The uv binary: ``$UV``, the one set-up installed (``.tools/venv/bin/uv``), or ``uv`` on PATH."""
+    for candidate in (os.environ.get("UV"), str(REPO / ".tools" / "venv" / "bin" / "uv"), shutil.which("uv")):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    raise BundleError("uv not found: run `bash scripts/setup.sh` (it installs uv into .tools/)")
 
 
-def _hash_files(files: list[Path]) -> str:
+def _uv(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([uv_command(), *args], cwd=REPO, capture_output=True, text=True, check=False)
+
+
+def runtime_requirements() -> str:
+    """The runtime dependencies pinned by ``uv.lock``: ``name==version`` with their hashes, no
+    extras (so no Spark, no CDK, no CLI), read from the lock without resolving or downloading."""
+    result = _uv("export", "--frozen", "--offline", "--no-dev", "--no-emit-project", "--no-header",
+                 "--no-annotate", "--format", "requirements-txt")
+    if result.returncode != 0:
+        raise BundleError(f"uv export of uv.lock failed:\n{result.stderr[-4000:]}")
+    return result.stdout
+
+
+def _hash_files(files: list[Path], *extra: str) -> str:
     digest = hashlib.sha256()
+    for text in extra:
+        digest.update(text.encode())
+        digest.update(b"\0")
     for path in files:
         digest.update(str(path.relative_to(REPO)).encode())
         digest.update(b"\0")
@@ -66,29 +90,35 @@ def _tree(root: Path) -> list[Path]:
     ]
 
 
-def dependencies_hash() -> str:
-    """Changes when the runtime dependencies (pyproject.toml) or this bundler change."""
-    return _hash_files([REPO / "pyproject.toml", Path(__file__).resolve()])
+def dependencies_hash(requirements: str | None = None) -> str:
+    """Changes when a locked runtime version or hash (``requirements``, default: the export of
+    ``uv.lock``), the target platform or this bundler changes."""
+    if requirements is None:
+        requirements = runtime_requirements()
+    return _hash_files([Path(__file__).resolve()], PLATFORM, PYTHON_VERSION, requirements)
 
 
 def code_hash(name: str) -> str:
     """Hash of everything in function ``name``'s bundle: dependencies, package and handler."""
-    files = [REPO / "pyproject.toml", Path(__file__).resolve(), *_tree(REPO / "src" / "consolidator")]
-    return _hash_files([*files, REPO / "functions" / name / "handler.py"])
+    files = [*_tree(REPO / "src" / "consolidator"), REPO / "functions" / name / "handler.py"]
+    return _hash_files(files, dependencies_hash())
 
 
-def _install_dependencies(target: Path) -> None:
-    command = [
-        sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-        "--target", str(target), "--implementation", "cp", "--python-version", PYTHON_VERSION,
-        "--only-binary=:all:", "--upgrade",
-    ]
-    for platform in PLATFORMS:
-        command += ["--platform", platform]
-    command += runtime_dependencies()
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+def _install_dependencies(target: Path, requirements: str, *, offline: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        pinned = Path(tmp) / "requirements.txt"
+        pinned.write_text(requirements)
+        result = _uv(
+            "pip", "install", "--quiet", "--no-config", "--target", str(target),
+            "--python-platform", PLATFORM, "--python-version", PYTHON_VERSION,
+            "--only-binary", ":all:", "--require-hashes", "--link-mode", "copy",
+            *(["--offline"] if offline else []), "-r", str(pinned),
+        )
     if result.returncode != 0:
-        raise BundleError(f"pip could not install the runtime dependencies:\n{result.stderr[-4000:]}")
+        hint = ("\nThe wheels are fetched by the set-up: run `bash scripts/setup.sh test` "
+                "(or `make setup`) once with network." if offline else "")
+        raise BundleError(f"uv could not install the locked runtime dependencies:\n"
+                          f"{result.stderr[-4000:]}{hint}")
     for name in RUNTIME_PROVIDED:
         shutil.rmtree(target / name, ignore_errors=True)
         for info in target.glob(f"{name}-*.dist-info"):
@@ -144,9 +174,15 @@ def _cached_build(directory: Path, build, stale_pattern: str) -> Path:
     return directory
 
 
-def _dependencies() -> Path:
-    return _cached_build(BUILD / f"_dependencies-{dependencies_hash()}", _install_dependencies,
-                         "_dependencies-*")
+def dependencies(*, offline: bool = True) -> Path:
+    """The runtime dependencies directory for the current lock (built on first use). Offline
+    (the default) it installs only from uv's cache; ``offline=False`` is for the set-up."""
+    requirements = runtime_requirements()
+    return _cached_build(
+        BUILD / f"_dependencies-{dependencies_hash(requirements)}",
+        lambda staging: _install_dependencies(staging, requirements, offline=offline),
+        "_dependencies-*",
+    )
 
 
 def function_bundle(name: str) -> Path:
@@ -157,10 +193,10 @@ def function_bundle(name: str) -> Path:
     directory = BUILD / f"{name}-{code_hash(name)}"
     if (directory / ".complete").exists():
         return directory
-    dependencies = _dependencies()
+    installed = dependencies()
 
     def build(staging: Path) -> None:
-        _link_tree(dependencies, staging)
+        _link_tree(installed, staging)
         (staging / ".complete").unlink()
         _copy_package(staging)
         shutil.copy2(handler, staging / "handler.py")
@@ -175,6 +211,12 @@ def directory_size(directory: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if "--fetch" in argv:  # set-up: download and install the locked wheels (network)
+        argv = [arg for arg in argv if arg != "--fetch"]
+        directory = dependencies(offline=False)
+        print(f"dependencies\t{directory_size(directory) / 1e6:.1f} MB\t{directory.relative_to(REPO)}")
+        if not argv:
+            return 0
     names = argv or sorted(p.parent.name for p in (REPO / "functions").glob("*/handler.py"))
     for name in names:
         directory = function_bundle(name)

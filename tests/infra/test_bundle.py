@@ -1,8 +1,11 @@
-"""The Docker-free bundler: cache keys and the no-Spark/no-CDK guard (no network needed)."""
+"""The Docker-free bundler: locked versions, cache keys, the no-Spark/no-CDK guard, and no
+download at test time (the wheels come from the set-up)."""
 
 from __future__ import annotations
 
+import re
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,12 +17,42 @@ import bundle
 pytestmark = pytest.mark.infra
 
 
-def test_runtime_dependencies_are_the_project_dependencies_only():
-    dependencies = bundle.runtime_dependencies()
-    names = " ".join(dependencies)
-    assert "pydantic" in names and "pymysql" in names
-    for extra in ("pyspark", "aws-cdk-lib", "cdk-nag", "typer", "pytest"):
-        assert extra not in names
+def _pins(requirements: str) -> dict[str, str]:
+    return dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^ ;\\]+)", requirements, flags=re.MULTILINE))
+
+
+def test_runtime_requirements_are_the_locked_runtime_closure_with_hashes():
+    requirements = bundle.runtime_requirements()
+    pins = _pins(requirements)
+    assert {"pydantic", "pydantic-core", "pymysql", "orjson", "confluent-kafka"} <= set(pins)
+    for extra in ("pyspark", "aws-cdk-lib", "constructs", "cdk-nag", "typer", "pytest", "pandas"):
+        assert extra not in pins, extra
+    lock = tomllib.loads((bundle.REPO / "uv.lock").read_text())
+    locked = {p["name"]: p["version"] for p in lock["package"]}
+    assert {name: locked[name] for name in pins} == pins  # exactly the versions of uv.lock
+    # every requirement carries its sha256 (uv then installs with --require-hashes)
+    entries = re.split(r"\n(?=\S)", requirements.strip())
+    assert len(entries) == len(pins) and all("--hash=sha256:" in e for e in entries)
+
+
+def test_asset_hash_changes_when_a_locked_version_changes(monkeypatch):
+    requirements = bundle.runtime_requirements()
+    before = (bundle.dependencies_hash(requirements), bundle.code_hash("ingest"))
+    bumped = re.sub(r"^pymysql==\S+", "pymysql==0.0.1", requirements, flags=re.MULTILINE)
+    assert bumped != requirements
+    monkeypatch.setattr(bundle, "runtime_requirements", lambda: bumped)
+    assert bundle.dependencies_hash(bumped) != before[0]
+    assert bundle.code_hash("ingest") != before[1]
+
+
+def test_offline_build_never_downloads(tmp_path, monkeypatch):
+    """At test time the bundler installs only what the set-up fetched: with an empty uv cache
+    it fails and says to run the set-up, instead of reaching the package index."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(bundle, "BUILD", tmp_path / "build")
+    with pytest.raises(bundle.BundleError, match=r"scripts/setup\.sh test"):
+        bundle.dependencies()
+    assert not list((tmp_path / "build").glob("_dependencies-*/.complete"))
 
 
 def test_check_bundle_refuses_spark_and_cdk(tmp_path):
