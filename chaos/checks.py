@@ -25,7 +25,9 @@ class Snapshot:
     output_raw: bytes  # the file sink's bytes, as written
     dead_letter_raw: bytes  # the file dead letter's bytes, as written
     rows: list[dict] = field(default_factory=list)  # buffer rows: position, group, item, status, batch id
-    batches: list[dict] = field(default_factory=list)  # batches: batch_id, state, last_error
+    batches: list[dict] = field(default_factory=list)  # batches: batch_id, group_key, state, last_error, claimed_at_ms
+    rate_limit: tuple[int, int] | None = None  # (batches, period ms) every group was limited to
+    completions_raw: bytes | None = None  # the completion sink's bytes, when tracking was on
 
 
 def _lines(raw: bytes) -> list[bytes]:
@@ -117,7 +119,8 @@ def torn(s: Snapshot) -> list[str]:
     """No reader ever sees a torn entry: every complete line of every file output is one JSON
     document (a torn write is cut off before the next append, never glued onto)."""
     found = []
-    for name, raw in (("output", s.output_raw), ("dead letter", s.dead_letter_raw)):
+    for name, raw in (("output", s.output_raw), ("dead letter", s.dead_letter_raw),
+                      ("completions", s.completions_raw or b"")):
         for line in _lines(raw):
             try:
                 json.loads(line)
@@ -157,10 +160,52 @@ def dead_without_failure(s: Snapshot) -> list[str]:
     return found[:3]
 
 
+def over_rate(s: Snapshot) -> list[str]:
+    """Rate limit: no group has more than N batch claims in any window of P (claim times)."""
+    if s.rate_limit is None:
+        return []
+    limit, period_ms = s.rate_limit
+    times: dict[str, list[int]] = defaultdict(list)
+    for b in s.batches:
+        if b.get("kind", "batch") == "batch":
+            times[b["group_key"]].append(int(b["claimed_at_ms"]))
+    found = []
+    for group, claims in times.items():
+        claims.sort()
+        for i in range(limit, len(claims)):
+            if claims[i] - claims[i - limit] < period_ms:
+                found.append(f"group {group}: {limit + 1} claims within {claims[i] - claims[i - limit]} ms "
+                             f"(limit {limit} per {period_ms} ms)")
+                break
+    return found[:3]
+
+
+def completion_wrong(s: Snapshot) -> list[str]:
+    """Completion tracking: every published tracked batch has its completion message (each copy
+    the same bytes, the same member count as the batch), and no other batch has one."""
+    if s.completions_raw is None:
+        return []
+    published = {m["batch_id"]: m for m in _parsed(s.output_raw) if m.get("completion_tracking")}
+    copies: dict[str, set[bytes]] = defaultdict(set)
+    for line in _lines(s.completions_raw):
+        try:
+            copies[json.loads(line)["batch_id"]].add(line)
+        except (ValueError, KeyError, TypeError):
+            continue  # reported by the torn-line checker
+    found = [f"batch {b} is complete but has no completion message" for b in published if b not in copies]
+    found += [f"completion for {b}, which was never published as a tracked batch" for b in copies if b not in published]
+    for batch, lines in copies.items():
+        if len(lines) > 1:
+            found.append(f"batch {batch} has completion messages with different bytes")
+        elif batch in published and json.loads(next(iter(lines)))["member_count"] != len(published[batch]["members"]):
+            found.append(f"batch {batch}: the completion's member count is not the batch's")
+    return found[:3]
+
+
 CHECKERS: dict[str, Callable[[Snapshot], list[str]]] = {
     "lost": lost, "duplicated": duplicated, "split": split, "stuck": stuck, "stored_twice": stored_twice,
     "same_id_other_bytes": same_id_other_bytes, "torn": torn, "not_durable": not_durable,
-    "dead_without_failure": dead_without_failure,
+    "dead_without_failure": dead_without_failure, "over_rate": over_rate, "completion_wrong": completion_wrong,
 }
 
 
@@ -224,10 +269,24 @@ def _dead_for_nothing(s: Snapshot) -> None:
     s.dead_letter_raw += json.dumps(entry).encode() + b"\n"
 
 
+def _limit_tighter(s: Snapshot) -> None:
+    """A second claim of a group within a period that allows one."""
+    s.rate_limit = (1, 10**12)
+    s.batches.append(dict(s.batches[0], batch_id="c" * 32))
+
+
+def _complete_without_message(s: Snapshot) -> None:
+    """A tracked batch published, and no completion message anywhere."""
+    message = dict(_first_published(s), completion_tracking=True, batch_id="d" * 32)
+    s.output_raw += json.dumps(message).encode() + b"\n"
+    s.completions_raw = s.completions_raw or b""
+
+
 CORRUPTIONS: dict[str, Callable[[Snapshot], None]] = {
     "lost": _drop_batch, "duplicated": _steal_member, "split": _reassign_row, "stuck": _leave_claimed,
     "stored_twice": _store_twice, "same_id_other_bytes": _other_bytes, "torn": _tear,
-    "not_durable": _forget_row, "dead_without_failure": _dead_for_nothing,
+    "not_durable": _forget_row, "dead_without_failure": _dead_for_nothing, "over_rate": _limit_tighter,
+    "completion_wrong": _complete_without_message,
 }
 
 

@@ -3,6 +3,7 @@ fault is injected, then recovery, then the exact checkers."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -47,6 +48,9 @@ class Scenario:
     lockless_flushers: int = 1  # >1: that many flushers at once, none sharing a lock
     pause_past_ttl_every: tuple[float, float] | None = None
     sink_outage_s: float = 0.0  # sink down this long (past max_attempts), then redrive
+    rate_limit: tuple[int, float] | None = None  # every group: at most N batches per P seconds
+    completion: bool = False  # completion tracking on; an acker (killed at random) acks every member
+    acker_kill_p: float = 0.0
 
 
 SCENARIOS = {s.name: s for s in (
@@ -56,6 +60,8 @@ SCENARIOS = {s.name: s for s in (
     Scenario("lockless-flushers", lockless_flushers=3, pause_past_ttl_every=(1.0, 2.5)),
     Scenario("redis-kill", redis_kill_every=(1.0, 2.5)),
     Scenario("sink-outage", sink_outage_s=3.0),
+    Scenario("rate-limit", rate_limit=(2, 1.0), lockless_flushers=2, flush_kill_every=(1.5, 4.0)),
+    Scenario("completion-acks", completion=True, acker_kill_p=0.15, flush_kill_every=(2.0, 5.0)),
 )}
 
 
@@ -98,6 +104,9 @@ class Run:
     def env(self, redis_db: int = 0) -> dict[str, str]:
         env = dict(os.environ)
         env.update(POLICY_ENV)
+        if self.s.rate_limit:
+            env["CONSOLIDATOR_RATE_LIMIT_BATCHES"] = str(self.s.rate_limit[0])
+            env["CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS"] = str(self.s.rate_limit[1])
         env.update({
             "CONSOLIDATOR_DATABASE_URL": f"{self.mariadb.url_base}/{self.database}",
             "CONSOLIDATOR_DEAD_LETTER_URL": f"file://{self.dir / 'dead-letter.jsonl'}",
@@ -105,6 +114,9 @@ class Run:
             "CONSOLIDATOR_REDIS_URL": f"redis://127.0.0.1:{self.redis.port}/{redis_db}",
             "CHAOS_SEED": str(self.seed), "CHAOS_SINK_DOWN": str(self.sink_down),
             "CHAOS_CRASH_AFTER_PUBLISH": str(self.s.crash_after_publish_p),
+            "CONSOLIDATOR_COMPLETION_TRACKING": "true" if self.s.completion else "false",
+            "CONSOLIDATOR_COMPLETION_SINK_URL": f"file://{self.dir / 'completions.jsonl'}",
+            "CONSOLIDATOR_COMPLETION_LEASE_SECONDS": "1",
             "POWERTOOLS_TRACE_DISABLED": "1", "POWERTOOLS_LOG_LEVEL": "WARNING", "AWS_DEFAULT_REGION": "us-east-1",
             "PYTHONPATH": os.pathsep.join(p for p in (str(self.repo), env.get("PYTHONPATH", "")) if p),
         })
@@ -209,6 +221,10 @@ class Run:
                 time.sleep(0.05)  # a dependency is down: Lambda backs off before retrying
             return answer
 
+        acker = Acker(self, Worker("acks", self.repo, self.env(), self.dir / "acks.log")) if self.s.completion else None
+        if acker is not None:
+            threads.append(threading.Thread(target=acker.run_until, args=(self.stop,), daemon=True))
+            threads[-1].start()
         esm = EventSourceEmulator(workload.records, invoke_ingest, self.rng)
         outage_at = workload.size // 3
         outage: threading.Thread | None = None
@@ -232,6 +248,8 @@ class Run:
             t.join(timeout=60)
         self.faults["ingest invocations"] = esm.invocations
         self.recover(flushers[0])
+        if acker is not None:
+            acker.finish()
         for w in flushers:
             self.faults["worker restarts"] = self.faults.get("worker restarts", 0) + w.kills + w.crashes
             if self.s.crash_after_publish_p:
@@ -294,10 +312,94 @@ class Run:
             " CASE WHEN b.state IS NOT NULL THEN b.state ELSE r.status END AS status"
             " FROM buffer_rows r LEFT JOIN batches b ON b.batch_id = r.batch_id"
             " ORDER BY r.src_topic, r.src_partition, r.src_offset")
-        batches = self.query("SELECT batch_id, state, last_error FROM batches ORDER BY batch_id")
-        return Snapshot(produced, acknowledged, raw("batches.jsonl"), raw("dead-letter.jsonl"), rows, batches)
+        batches = self.query("SELECT batch_id, group_key, state, last_error, claimed_at_ms, kind FROM batches"
+                             " ORDER BY batch_id")
+        rate = None if self.s.rate_limit is None else (self.s.rate_limit[0], round(self.s.rate_limit[1] * 1000))
+        return Snapshot(produced, acknowledged, raw("batches.jsonl"), raw("dead-letter.jsonl"), rows, batches,
+                        rate_limit=rate, completions_raw=raw("completions.jsonl") if self.s.completion else None)
 
     @staticmethod
     def republished(snapshot: Snapshot) -> int:
         lines = [line for line in snapshot.output_raw.split(b"\n") if line]
         return len(lines) - len(set(lines))
+
+
+class Acker:
+    """Downstream's side of completion tracking: reads the published batches, acknowledges
+    every member (shuffled, in several acks, some twice) through the real acks handler in a
+    child process that is SIGKILLed at random; refused or lost acks come again, as SQS would
+    redeliver them."""
+
+    def __init__(self, run: Run, worker: Worker) -> None:
+        self.run, self.worker = run, worker
+        self.seen: set[str] = set()
+        self.queue: list[str] = []
+        self.attempts: dict[str, int] = {}
+
+    def feed(self) -> None:
+        path = self.run.dir / "batches.jsonl"
+        if not path.exists():
+            return
+        for line in path.read_bytes().split(b"\n")[:-1]:
+            message = json.loads(line)
+            if not message.get("completion_tracking") or message["batch_id"] in self.seen:
+                continue
+            self.seen.add(message["batch_id"])
+            indexes = list(range(len(message["members"])))
+            self.run.rng.shuffle(indexes)
+            indexes += self.run.rng.sample(indexes, len(indexes) // 10)  # some members acknowledged twice
+            while indexes:
+                take = self.run.rng.randint(1, 5)
+                chunk, indexes = indexes[:take], indexes[take:]
+                self.queue.append(json.dumps({"batch_id": message["batch_id"], "members": chunk}))
+
+    def step(self) -> bool:
+        """One SQS delivery of up to 10 acks; False when there was nothing to send."""
+        if not self.queue:
+            return False
+        bodies, self.queue = self.queue[:10], self.queue[10:]
+        event = {"Records": [{"messageId": str(i), "receiptHandle": str(i), "body": body, "attributes": {},
+                              "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
+                              "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:acks", "awsRegion": "us-east-1"}
+                             for i, body in enumerate(bodies)]}
+        kill_after = None
+        if self.run.s.acker_kill_p and self.run.rng.random() < self.run.s.acker_kill_p:
+            kill_after = self.run.rng.uniform(0.0, 0.05)
+            self.run.count("acker SIGKILL")
+        answer = self.worker.invoke(event, timeout_s=30, kill_after_s=kill_after)
+        failed = (range(len(bodies)) if answer is None
+                  else [int(f["itemIdentifier"]) for f in answer.get("batchItemFailures", [])])
+        for index in failed:  # redelivered, like SQS after the visibility timeout
+            body = bodies[index]
+            self.attempts[body] = self.attempts.get(body, 0) + 1
+            if self.attempts[body] > 50:
+                self.run.errors.append(f"an ack was refused 50 times: {body[:120]}")
+                continue
+            self.queue.append(body)
+        return True
+
+    def run_until(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.feed()
+            if not self.step():
+                time.sleep(0.05)
+
+    def finish(self, timeout_s: float = 120.0) -> None:
+        """Acknowledge everything published, then sweep until every completion is confirmed."""
+        deadline = time.monotonic() + timeout_s
+        self.feed()
+        while self.queue and time.monotonic() < deadline:
+            self.step()
+        while time.monotonic() < deadline:
+            if not self.run.query("SELECT COUNT(*) AS n FROM completion_trackers"
+                                  " WHERE acked_count = member_count AND outbox <> 'PUBLISHED'")[0]["n"]:
+                break
+            time.sleep(1.1)  # past the lease of a completion whose publisher died
+            self.worker.invoke({"source": "aws.events", "detail-type": "Scheduled Event"}, timeout_s=30)
+        else:
+            self.run.errors.append("completions were not all published within the recovery time")
+        self.faults_from_worker()
+        self.worker.close()
+
+    def faults_from_worker(self) -> None:
+        self.run.faults["worker restarts"] = self.run.faults.get("worker restarts", 0) + self.worker.kills

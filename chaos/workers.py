@@ -1,8 +1,8 @@
 """Child processes that run the real Lambda handlers, one invocation per line on stdin.
 
-``python -m chaos.workers ingest|flush REPO``: each stdin line is one invocation (an MSK event,
-or ``{"timeout_ms": N}`` for a scheduled flush); each answer is one JSON line on the original
-stdout. The handlers' own logs and metrics go to stderr-side files, never into the protocol.
+``python -m chaos.workers ingest|flush|acks REPO``: each stdin line is one invocation (an MSK
+event, ``{"timeout_ms": N}`` for a scheduled flush, an SQS event of acks or the acks sweep's
+scheduled event); each answer is one JSON line on the original stdout. The handlers' own logs and metrics go to stderr-side files, never into the protocol.
 
 Fault hooks the parent sets in the environment (the handlers themselves are unchanged):
 - ``CHAOS_CRASH_AFTER_PUBLISH=p``: after the sink confirmed a publish, SIGKILL this process
@@ -67,8 +67,8 @@ def main(kind: str, repo: Path) -> None:
     answers.write(json.dumps({"ready": os.getpid()}) + "\n")
     for line in sys.stdin:
         request = json.loads(line)
-        if kind == "ingest":
-            result = module.handler(request, LocalLambdaContext(function_name="chaos-ingest"))
+        if kind in ("ingest", "acks"):
+            result = module.handler(request, LocalLambdaContext(function_name=f"chaos-{kind}"))
         else:
             context = LocalLambdaContext(function_name="chaos-flush", timeout_ms=int(request["timeout_ms"]))
             result = module.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, context)

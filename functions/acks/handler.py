@@ -35,7 +35,9 @@ class AckRefused(ConsolidatorError):
 @cache
 def service() -> AckService:
     """Built on the first invocation (settings validated then), reused while the container lives."""
-    return build_ack_service(load_settings(AckSettings), metrics)
+    settings = load_settings(AckSettings)
+    metrics.set_default_dimensions(environment=settings.environment)  # the alarms select on it
+    return build_ack_service(settings, metrics)
 
 
 @logger.inject_lambda_context

@@ -35,7 +35,8 @@ def clean_snapshot() -> Snapshot:
         output_raw=encode(message) + b"\n" + encode(message) + b"\n",  # at least once: same bytes twice
         dead_letter_raw=json.dumps(poison).encode() + b"\n",
         rows=rows,
-        batches=[{"batch_id": message["batch_id"], "state": "SENT", "last_error": None}],
+        batches=[{"batch_id": message["batch_id"], "group_key": "WH-1", "state": "SENT", "last_error": None,
+                  "claimed_at_ms": T0, "kind": "batch"}],
     )
 
 

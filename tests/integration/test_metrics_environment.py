@@ -36,6 +36,7 @@ def env(monkeypatch, database_url, tmp_path, store):
     monkeypatch.setenv("CONSOLIDATOR_DEAD_LETTER_URL", f"file://{tmp_path}/dead-letter.jsonl")
     monkeypatch.setenv("CONSOLIDATOR_TICK_INTERVAL_SECONDS", "0.25")
     monkeypatch.setenv("CONSOLIDATOR_LOCK_TTL_SECONDS", "5")
+    monkeypatch.setenv("CONSOLIDATOR_COMPLETION_SINK_URL", f"file://{tmp_path}/completions.jsonl")
     monkeypatch.setenv("CONSOLIDATOR_ENVIRONMENT", "staging")
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "1")
     yield
@@ -45,10 +46,12 @@ def env(monkeypatch, database_url, tmp_path, store):
 @pytest.mark.parametrize(("function", "event", "metric"), [
     ("flush", {}, "BatchesFlushed"),
     ("ingest", json.loads((ROOT / "events/msk-orders.json").read_text()), "RecordsIngested"),
+    ("acks", {"source": "aws.events", "detail-type": "Scheduled Event"}, "IncompleteBatches"),
 ])
 def test_every_metric_carries_the_environment_dimension(env, store, capsys, function, event, metric):
-    events = [decode(record(i, order=f"O{i}"), FieldNames(), 256 * 1024) for i in range(100, 103)]
-    store.ingest(events, time.time_ns() // 1_000_000 - 400_000)  # idle: due for the flush
+    now_ms = time.time_ns() // 1_000_000
+    events = [decode(record(i, order=f"O{i}", timestamp_ms=now_ms), FieldNames(), 256 * 1024) for i in range(100, 103)]
+    store.ingest(events, now_ms - 400_000)  # idle: due for the flush (and fresh: not past the event TTL)
     module = load(function)
     module.handler(event, LocalLambdaContext(timeout_ms=1_500))
     documents = emf_documents(capsys.readouterr().out)

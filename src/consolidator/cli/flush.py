@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def _dry_run(as_json: bool) -> None:
     """Due groups and why, and which are held back by their rate limit, from the database
     alone (no Redis, sink or dead letter needed)."""
-    from consolidator.services.flush import due_groups_now
+    from consolidator.services.due import due_groups_now
 
     s = load_settings("PolicySettings")
     now = wall_clock_ms()
