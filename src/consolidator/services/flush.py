@@ -353,7 +353,7 @@ class FlushService:
         """Dead-letter the batch with its last error; mark it DEAD only once that is confirmed."""
         now = self.clock.now_ms()
         message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                batch.held_back_ms)
+                                tracked=self.completion_tracking, held_back_ms=batch.held_back_ms)
         if self.dead_letter.send([dead_batch_entry(message, attempts, error, now)]):
             log.error("dead-letter write failed; batch stays CLAIMED and is retried next tick",
                       extra={"batch_id": batch.batch_id, "attempts": attempts})
