@@ -18,7 +18,7 @@ from pathlib import Path
 # Assumptions of the model (stated in the output).
 HEADROOM = 0.5  # plan for half of a measured ceiling: bursts, retries, replays, vacuum-like work
 LAMBDA_VCPU_MB = 1769  # Lambda gives one full vCPU at this memory size
-DEBOUNCE_S = 300  # defaults of the settings (SEMANTICS section 5)
+DEBOUNCE_S = 300  # defaults of the settings (docs/semantics.md section 5)
 HARD_WINDOW_S = 1800
 BUFFER_POOL_GIB = 12  # e.g. an Aurora db.r6g.large (16 GiB): about three quarters for InnoDB
 BUFFER_POOL_SHARE = 0.5  # the pending rows and their indexes should fit in this share of it

@@ -165,7 +165,7 @@ class PolicyConfig(_Model):
     items_field: str = "items"
     sku_field: str = "sku"
     quantity_field: str = "quantity"
-    # Rate limit and event TTL (SEMANTICS section 10); per-group overrides: `consolidator limits`.
+    # Rate limit and event TTL (docs/semantics.md section 7); per-group overrides: `consolidator limits`.
     rate_limit_batches: int = Field(0, ge=0, le=1_000, description="Default batches per group per period; 0 = none")
     rate_limit_period_seconds: float = Field(60, gt=0)
     event_ttl_seconds: float = Field(21_600, ge=0, description="0 turns the TTL off")

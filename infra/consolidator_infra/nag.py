@@ -84,7 +84,7 @@ def suppress_findings(stack: ConsolidatorStack) -> None:
         NagSuppressions.add_resource_suppressions(stack.cache.group, [NagPackSuppression(
             id="AwsSolutions-AEC4",
             reason="Single node in this environment: the cache only holds the flush lock, an "
-                   "efficiency measure; correctness never depends on it (SEMANTICS section 5).",
+                   "efficiency measure; correctness never depends on it (docs/semantics.md section 5).",
         )])
 
     for child in stack.node.children:  # the singleton behind the cluster's log retention

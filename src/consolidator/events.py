@@ -1,6 +1,6 @@
 """Decode and validate a Kafka record into an :class:`Event`.
 
-Every poison case of SEMANTICS section 2 raises :class:`PoisonEvent` with a
+Every poison case of docs/semantics.md section 2 raises :class:`PoisonEvent` with a
 machine-readable ``reason``; nothing else is raised for bad input.
 
 Two paths, one result: a fast path decodes and validates in C (msgspec, typed) and accepts

@@ -4,7 +4,7 @@ Both engines use it: the MySQL flush evaluates :func:`due_reason` on group stati
 computed in SQL, the Spark jobs call :func:`plan_group` on rows held in state. Given the
 same pending rows and the same ``now`` they produce the same batches.
 
-Rate limit and time-to-live (SEMANTICS section 10), applied to a due group in this order:
+Rate limit and time-to-live (docs/semantics.md section 7), applied to a due group in this order:
 1. rows whose newest event's record timestamp is older than ``ttl_ms`` at ``now`` expire
    (:func:`is_expired`; they go to the dead-letter destination, never into a batch);
 2. the rest is claimed as usual, each claim allowed only while the group's sliding-window

@@ -220,7 +220,7 @@ class _Policy(BaseSettings):
             ttl_ms=round(self.event_ttl_seconds * 1000),
         )
 
-    # Rate limit and event time-to-live (SEMANTICS section 10).
+    # Rate limit and event time-to-live (docs/semantics.md section 7).
     rate_limit_batches: int = Field(
         0, ge=0, le=MAX_RATE_BATCHES,
         description="Default limit: at most this many batches per group per period; 0 = no default limit"

@@ -1,6 +1,6 @@
 """Rate limit and event TTL on the Lambda path: real MariaDB, manual clock, real file sinks.
 
-Checks SEMANTICS section 10: at most N batches per group in any window of the period, oldest
+Checks docs/semantics.md section 7: at most N batches per group in any window of the period, oldest
 rows first, other groups never held back; rows over the TTL go to the dead-letter destination
 with reason ``expired`` and only then become EXPIRED; L, D, B and S hold throughout.
 """

@@ -2,7 +2,7 @@
 publish and mark, and sink outages) and cleanup, run against real MariaDB and compared with a
 small reference model after every step.
 
-The model is written from the contract (SEMANTICS sections 3, 5, 7, 8), not from the code:
+The model is written from the contract (docs/semantics.md sections 3, 4, 5, 9, 10), not from the code:
 S1 replay is a no-op, S2 newer-by-position replaces and last-update moves forward, S3 a new
 event for a claimed item starts a new row, S4 one PENDING row per item and month; a due group
 is claimed oldest first in batches of at most ``max_batch_size``; CLAIMED batches are

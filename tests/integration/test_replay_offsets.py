@@ -1,4 +1,4 @@
-"""Replay protection by per-partition high-water offsets (SEMANTICS section 11) on real MariaDB:
+"""Replay protection by per-partition high-water offsets (docs/semantics.md section 4) on real MariaDB:
 O(partitions) state, replays after a send, poison marks, concurrent invocations, redrive,
 the migration from the per-record ledger, and ``consolidator offsets reset``."""
 

@@ -1,5 +1,5 @@
 """The C fast path of ``decode`` returns exactly what the exact path returns: the same Event
-for a valid record, the same reason and detail for poison (SEMANTICS section 2)."""
+for a valid record, the same reason and detail for poison (docs/semantics.md section 2)."""
 
 from __future__ import annotations
 

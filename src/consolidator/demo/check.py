@@ -1,4 +1,4 @@
-"""The demo's invariant check (SEMANTICS section 8), pure: what was produced vs what came out.
+"""The demo's invariant check (docs/semantics.md section 9), pure: what was produced vs what came out.
 
 L, nothing lost: every valid event is a member of a published batch, or was coalesced into a
    later event for the same item that is (``event_count`` sums to the number of valid events),

@@ -1,6 +1,6 @@
 """Ack use case: member acks -> tracker bits -> one completion message per batch.
 
-Guarantees (SEMANTICS section 10, completion tracking):
+Guarantees (docs/semantics.md section 8, completion tracking):
 - an ack is applied idempotently: a member acknowledged twice counts once;
 - an ack naming an unknown batch, index or item id is refused with a machine-readable
   reason (``unknown_batch``, ``unknown_member``, ``unknown_item``, ``bad_ack``) and counted

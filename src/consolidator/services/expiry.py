@@ -1,6 +1,6 @@
 """Event time-to-live in the flush: rows over the TTL -> dead-letter destination -> EXPIRED.
 
-Guarantees (SEMANTICS section 10): expiry is never silent and never loses a row before the
+Guarantees (docs/semantics.md section 7): expiry is never silent and never loses a row before the
 dead-letter write is confirmed. Expired rows are claimed under an expiry record (CLAIMED), one
 dead-letter entry per row (reason ``expired``) is written, and only a confirmed write moves
 them to EXPIRED. A failed write leaves them CLAIMED; the flush's re-publish step settles them

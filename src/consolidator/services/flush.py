@@ -1,6 +1,6 @@
 """Flush use case: due groups -> claimed batches -> published messages -> SENT rows.
 
-Guarantees (SEMANTICS sections 5 and 8):
+Guarantees (docs/semantics.md sections 5 and 9):
 - a batch id is assigned once, at claim time, from the group key and the members' source
   positions; every re-publish of it carries the same id and the same bytes (``flushed_at``
   is the claim time), so an event never appears under two batch ids (D, B);

@@ -6,7 +6,7 @@ Guarantees:
   failure, so Lambda re-delivers it and nothing is lost;
 - each partition is applied as a contiguous prefix of what the invocation received: when a
   record cannot be stored (or dead-lettered), it and every later record of its partition are
-  reported failed and not written; other partitions are unaffected (SEMANTICS section 11);
+  reported failed and not written; other partitions are unaffected (docs/semantics.md section 4);
 - poison at or below its partition's high-water mark is a replay and is not dead-lettered
   again; the dead letter is still at-least-once (a poison record after a failure is reported
   failed even when its entry was written, and is dead-lettered again when re-delivered);

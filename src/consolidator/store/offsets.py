@@ -1,6 +1,6 @@
 """Replay protection in O(partitions): one high-water offset per (topic, partition).
 
-Guarantees (SEMANTICS section 11):
+Guarantees (docs/semantics.md section 4):
 - a record at or below its partition's high-water mark is a replay; the mark moves in the
   same transaction as the rows it covers, so a committed mark never runs ahead of its rows;
 - an ingest locks the marks of its partitions (in key order, so two ingests cannot deadlock
