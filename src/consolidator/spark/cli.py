@@ -9,6 +9,7 @@ same policy unless told otherwise. The replay's policy grid is given in millisec
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 import sys
 from pathlib import Path
@@ -82,7 +83,7 @@ def stream(
     master: MasterOpt = None,
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
-    from consolidator.spark.session import build_session
+    from consolidator.spark.session import build_session, log_progress
     from consolidator.spark.streaming import BatchWriter, StreamConfig, start
 
     config = StreamConfig(
@@ -94,6 +95,8 @@ def stream(
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
     )
     spark = build_session("consolidator-stream", master=master)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    log_progress(spark)  # one line per micro-batch on stderr
     writer = BatchWriter(sink_url, dead_letter_url)
     query = start(spark, config, writer=writer)
     typer.echo(f"streaming {topic} -> {sink_url} (checkpoint {checkpoint}); Ctrl-C to stop", err=True)
@@ -141,7 +144,7 @@ def replay(
 
     policies = policy_grid(_ints(debounce_ms, "--debounce-ms"), _ints(hard_window_ms, "--hard-window-ms"),
                            _ints(max_batch_size, "--max-batch-size"), round(tick_interval_seconds * 1000))
-    spark = build_session("consolidator-replay", master=master)
+    spark = build_session("consolidator-replay", master=master, progress=True)
     if input_format == "kafka":
         if not (bootstrap_servers and topic):
             raise typer.BadParameter("--format kafka needs --bootstrap-servers and --topic")
