@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh Debian machine: `make demo` and `make test`.
 PY := .venv/bin/python
 
-.PHONY: setup test demo bench bench-ingest bench-flush bench-replay synth lint
+.PHONY: setup test demo bench bench-ingest bench-flush bench-replay bench-stream synth lint
 
 setup:
 	@bash scripts/setup.sh
@@ -22,6 +22,9 @@ bench-flush: setup
 
 bench-replay: setup
 	$(PY) bench/bench_replay.py
+
+bench-stream: setup
+	$(PY) bench/bench_stream.py
 
 synth: setup
 	$(PY) infra/bundle.py
