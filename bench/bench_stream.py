@@ -161,7 +161,6 @@ def run_aggregator(spark, directory: Path, workdir: Path, files: int, files_per_
     _wait(query, lambda: rows_in() >= events and written()[1] >= events, timeout_s=1800)
     end_to_end = time.perf_counter() - started
     progress = list(query.recentProgress)
-    print(f"aggregator state operators at the end: {progress[-1]['stateOperators']}", file=sys.stderr)
     query.stop()
     writer.close()
     batches, events_out = written()
@@ -183,7 +182,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--debounce-ms", type=int, default=2_000)
     parser.add_argument("--hard-window-ms", type=int, default=10_000)
     parser.add_argument("--gap-ms", type=int, default=None,
-                        help="Baseline session gap (default: the debounce scaled to event time).")
+                        help="Baseline session gap in event time (default 60 s: the input spaces a group's "
+                             "events about 7 s apart, so one session per group).")
     args = parser.parse_args(argv)
     policy = Policy(debounce_ms=args.debounce_ms, hard_window_ms=args.hard_window_ms)
     cores = int(args.master.removeprefix("local[").rstrip("]")) if args.master.startswith("local[") else None
