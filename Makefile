@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 18,20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: setup setup-demo test demo bench bench-ingest bench-flush bench-replay bench-acks capacity synth lint lock fresh-check chaos
+.PHONY: setup setup-demo test demo bench bench-ingest bench-flush bench-replay bench-stream bench-acks capacity synth lint lock fresh-check chaos
 
 setup:
 	@bash scripts/setup.sh test
@@ -25,7 +25,7 @@ test: setup
 demo: setup-demo
 	.venv/bin/consolidator demo
 
-bench: bench-ingest bench-flush bench-replay bench-acks
+bench: bench-ingest bench-flush bench-replay bench-stream bench-acks
 
 bench-ingest: setup
 	$(PY) bench/bench_ingest.py $(BENCH_ARGS)
@@ -46,6 +46,8 @@ capacity: setup
 
 bench-acks: setup
 	$(PY) bench/bench_acks.py
+bench-stream: setup
+	$(PY) bench/bench_stream.py
 
 synth: setup
 	$(PY) infra/bundle.py

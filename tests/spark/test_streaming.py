@@ -4,6 +4,7 @@ micro-batch re-run from the checkpoint republishing the same batch ids."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 
@@ -131,3 +132,70 @@ def test_a_micro_batch_rerun_from_the_checkpoint_republishes_the_same_batch_ids(
     assert first == expected
     assert sorted(m["batch_id"] for m in published) == sorted(expected * 2)
     assert {m["flush_reason"] for m in published} == {"full"}
+
+
+class FailingInPartition0:
+    """Sink opener for the executors: in Spark partition 0, the sink does not confirm anything
+    until ``marker`` exists (the first attempt creates it); elsewhere, the real sink."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __call__(self, url: str):
+        from consolidator.sinks import sink_from_url
+
+        real = sink_from_url(url)
+        marker = self.marker
+
+        class Sink:
+            def publish(self, batches):
+                from pathlib import Path
+
+                from pyspark import TaskContext
+
+                if TaskContext.get().partitionId() == 0 and not Path(marker).exists():
+                    Path(marker).touch()
+                    return {i: "injected: broker down" for i in range(len(batches))}
+                return real.publish(batches)
+
+            def close(self):
+                real.close()
+
+        return Sink()
+
+
+def test_a_sink_failure_in_one_partition_fails_the_micro_batch_and_the_restart_republishes(
+        spark, kafka, tmp_path):
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the opener runs on executors
+    topic, out_topic = kafka.topic("orders"), kafka.topic("batches")
+    config = StreamConfig(kafka.bootstrap, topic, f"kafka://{kafka.bootstrap}/{out_topic}",
+                          f"file://{tmp_path / 'dead.jsonl'}", str(tmp_path / "ckpt"),
+                          policy=Policy(debounce_ms=600_000, hard_window_ms=600_000, max_batch_size=2),
+                          trigger_ms=250, source="python")
+    groups = [f"G{i}" for i in range(8)]  # spread over both shuffle partitions
+    kafka.produce(topic, [(g.encode(), order(g, f"o{i}"), now_ms()) for g in groups for i in range(2)],
+                  partition=0)
+    positions = {g: [SourcePosition(topic, 0, 2 * n), SourcePosition(topic, 0, 2 * n + 1)]
+                 for n, g in enumerate(groups)}
+    expected = sorted(batch_id(g, positions[g]) for g in groups)
+    marker = tmp_path / "failed-once"
+
+    failing = BatchWriter(config.sink_url, config.dead_letter_url, sink_opener=FailingInPartition0(str(marker)))
+    query = start(spark, config, writer=failing)
+    with pytest.raises(Exception, match="injected: broker down"):
+        query.awaitTermination(150)
+    assert marker.exists()
+    first = [json.loads(m.value())["batch_id"] for m in kafka.consume_all(out_topic)]
+    assert len(first) < len(expected) and set(first) <= set(expected)  # partition 0's never went out
+
+    writer = BatchWriter(config.sink_url, config.dead_letter_url, sink_opener=FailingInPartition0(str(marker)))
+    query = start(spark, config, writer=writer)  # same checkpoint: the failed micro-batch runs again
+    try:
+        wait_for(lambda: len(kafka.consume_all(out_topic)) >= len(first) + len(expected), query, timeout_s=120)
+    finally:
+        query.stop()
+        writer.close()
+    published = sorted(json.loads(m.value())["batch_id"] for m in kafka.consume_all(out_topic))
+    assert published == sorted(first + expected)  # every id once more, under the same ids

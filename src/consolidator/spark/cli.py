@@ -12,6 +12,7 @@ Per-group overrides live in the MySQL path's database; the Spark jobs apply the 
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 import sys
 from pathlib import Path
@@ -162,7 +163,7 @@ def stream(
     event_ttl_seconds: TtlOpt = 21_600.0,
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
-    from consolidator.spark.session import build_session
+    from consolidator.spark.session import build_session, log_progress
     from consolidator.spark.streaming import BatchWriter, StreamConfig, start
 
     _url(sink_url, ("kafka", "sqs", "events", "file"), "--sink-url")
@@ -180,6 +181,8 @@ def stream(
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
     )
     spark = build_session("consolidator-stream", master=master)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    log_progress(spark)  # one line per micro-batch on stderr
     writer = BatchWriter(sink_url, dead_letter_url)
     query = start(spark, config, writer=writer)
     typer.echo(f"streaming {topic} -> {sink_url} (checkpoint {checkpoint}); Ctrl-C to stop", err=True)
@@ -250,7 +253,7 @@ def replay(
         raise typer.BadParameter("--input is required unless --format kafka")
     if input_format != "kafka" and "://" not in input_path and not Path(input_path).exists():
         raise typer.BadParameter(f"{input_path} does not exist", param_hint="--input")
-    spark = build_session("consolidator-replay", master=master)
+    spark = build_session("consolidator-replay", master=master, progress=True)
     if input_format == "kafka":
         options = {"startingOffsets": starting_offsets, "endingOffsets": ending_offsets, **dict(_pairs(kafka_option))}
         frame = records(kafka_reader(spark, bootstrap_servers, topic, streaming=False, prefer=source,

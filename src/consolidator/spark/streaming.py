@@ -3,30 +3,31 @@
 Same policy (``policy.py``), same message v1 (``batch.py``), same validation
 (``events.decode``) as the Lambda path; Spark state (RocksDB) instead of the MySQL buffer.
 
-Per group key the processor keeps the PENDING rows in a ``MapState`` keyed by (bucket, item id)
-with the buffer's rules (:class:`~consolidator.spark.buffer.PendingBuffer`), and one
-processing-time timer at the group's ``next_due_ms``. Each micro-batch ingests its events with
+Per group key the processor keeps the PENDING rows (one ``ValueState``: the rows keyed by
+(bucket, item id) with the buffer's rules, :class:`~consolidator.spark.buffer.PendingBuffer`),
+and one processing-time timer at the group's ``next_due_ms``. Each micro-batch ingests its events with
 ``now`` = the batch's processing time (the Lambda path's ingest clock), then claims whatever is
 due (``full`` right away); a timer claims what became due through ``idle`` or ``hard_window``.
 Flushes happen on timers, not on the Lambda path's tick grid: same decisions, finer timing.
-Rate limit and TTL are :func:`consolidator.policy.plan_group`'s, with the group's rate state in a
-``ValueState``; expired rows go to the dead-letter destination in the same micro-batch.
 
 Guarantees:
 - at least once: a micro-batch re-run after a failure (restart from the checkpoint) restores the
   state of the previous batch and re-reads the same offsets, so it claims the same rows and
   republishes the same batch ids (ids depend only on group key and member positions);
 - nothing lost: a micro-batch commits only after the sink and the dead-letter destination
-  confirmed every write (:func:`batch_writer` raises otherwise and the query stops);
+  confirmed every write, each partition publishing from its own executor
+  (:class:`BatchWriter` raises otherwise and the query stops);
 - S1 needs no position ledger here: Kafka positions are unique and Spark's checkpoint feeds
   each offset range to the state exactly once; duplicates inside one micro-batch are ignored.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from consolidator.batch import Member, build_message, encode
 from consolidator.deadletter import expired_entry, poison_entry
@@ -36,13 +37,29 @@ from consolidator.policy import Policy, RateState
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
 
 OUTPUT_SCHEMA = "kind string, group_key string, batch_id string, reason string, body string"
-ROW_KEY_SCHEMA = "bucket int, item_id string"
-ROW_VALUE_SCHEMA = ("topic string, partition int, offset long, items string, first_seen_ms long,"
-                    " last_update_ms long, merged_events int, record_ts_ms long")
-RATE_SCHEMA = "recent string, throttled_since_ms long, throttled_until_ms long"  # the group's RateState
+#: One state row per group: its PENDING rows (:func:`dump_rows`), the timer registered for it and
+#: its rate state (:class:`~consolidator.policy.RateState`: recent claim times, first refusal).
+BUFFER_STATE_SCHEMA = ("rows string, timer_ms long, rate_recent string, throttled_since_ms long,"
+                       " throttled_until_ms long")
 BATCH, DEAD_LETTER, EXPIRED = "batch", "dead_letter", "expired"
 DEFAULT_NAMES = FieldNames()
 DEFAULT_POLICY = Policy()
+
+
+def dump_rows(rows: dict) -> str:
+    """PENDING rows of a :class:`PendingBuffer` as one compact JSON text (the group's state)."""
+    return json.dumps([
+        [bucket, item_id, m.position.topic, m.position.partition, m.position.offset, m.items,
+         m.first_seen_ms, m.last_update_ms, m.merged_events, m.record_ts_ms]
+        for (bucket, item_id), m in rows.items()], separators=(",", ":"), ensure_ascii=False)
+
+
+def load_rows(text: str) -> list[tuple[tuple[int, str], Member]]:
+    """Inverse of :func:`dump_rows`."""
+    return [((bucket, item_id), Member(SourcePosition(topic, partition, offset), item_id,
+                                        tuple((sku, quantity) for sku, quantity in items), first, last, merged,
+                                        record_ts))
+            for bucket, item_id, topic, partition, offset, items, first, last, merged, record_ts in json.loads(text)]
 
 
 def _processor_class():
@@ -54,52 +71,50 @@ def _processor_class():
     columns = ["kind", "group_key", "batch_id", "reason", "body"]
 
     class BufferProcessor(StatefulProcessor):
-        """Thin adapter: Spark state <-> :class:`PendingBuffer`, policy decides, batch builds."""
+        """Thin adapter: Spark state <-> :class:`PendingBuffer`, policy decides, batch builds.
+
+        A group's whole buffer is one value in state, read once and written once per call, and
+        its timer moves only when the group became due sooner: every state access is a round
+        trip between the Python worker and the JVM, so their number, not their size, is what
+        costs (see docs/spark.md, "Throughput")."""
 
         def __init__(self, policy: Policy) -> None:
             self.policy = policy
 
         def init(self, handle) -> None:
             self.handle = handle
-            self.rows = handle.getMapState("rows", ROW_KEY_SCHEMA, ROW_VALUE_SCHEMA)
-            self.rate = handle.getValueState("rate", RATE_SCHEMA)
+            self.state = handle.getValueState("buffer", BUFFER_STATE_SCHEMA)
 
         # -- state <-> buffer ------------------------------------------------------------
 
-        def _load(self, group_key: str) -> tuple[PendingBuffer, dict]:
-            stored = {}
-            for (bucket, item_id), (topic, partition, offset, items, first, last, merged, record_ts) in (
-                    self.rows.iterator()):
-                stored[(int(bucket), item_id)] = Member(
-                    SourcePosition(topic, int(partition), int(offset)), item_id, parse_items(items),
-                    int(first), int(last), int(merged), None if pd.isna(record_ts) else int(record_ts))
-            rate, until = RateState(), None
-            if self.rate.exists():
-                recent, since, until = self.rate.get()
-                rate = RateState(tuple(int(t) for t in recent.split(",") if t),
-                                 None if pd.isna(since) else int(since))
-                until = None if pd.isna(until) else int(until)
-            return PendingBuffer.restore(group_key, stored.items(), rate, until), stored
+        def _load(self, group_key: str) -> tuple[PendingBuffer, int | None]:
+            stored = self.state.get()  # None when the group has no PENDING rows and no rate state
+            if stored is None:
+                return PendingBuffer(group_key, seen=None), None
+            rows, timer_ms, recent, since, until = stored
+            rate = RateState(tuple(int(t) for t in (recent or "").split(",") if t), _int_or_none(since))
+            return (PendingBuffer.restore(group_key, load_rows(rows), rate, _int_or_none(until)),
+                    _int_or_none(timer_ms))
 
-        def _save(self, buffer: PendingBuffer, stored: dict) -> None:
-            for key in stored.keys() - buffer.rows.keys():
-                self.rows.removeKey(key)
-            for key, m in buffer.rows.items():
-                if stored.get(key) != m:
-                    self.rows.updateValue(key, (
-                        m.position.topic, m.position.partition, m.position.offset,
-                        json.dumps(m.items, separators=(",", ":"), ensure_ascii=False),
-                        m.first_seen_ms, m.last_update_ms, m.merged_events, m.record_ts_ms))
-            if buffer.rate.recent_ms or buffer.rate.throttled_since_ms is not None:
-                self.rate.update((",".join(map(str, buffer.rate.recent_ms)), buffer.rate.throttled_since_ms,
-                                  buffer.throttled_until_ms))
-            elif self.rate.exists():
-                self.rate.clear()
-            for timer in list(self.handle.listTimers()):
-                self.handle.deleteTimer(timer)
+        def _save(self, buffer: PendingBuffer, timer_ms: int | None) -> None:
+            """Store the rows; make sure a timer fires at or before the group's due time. A
+            timer set earlier stays (it fires, finds nothing due, and sets the next one): the
+            idle due time moves with every event, and moving the timer each time would cost
+            two more round trips per group and micro-batch."""
             due = buffer.next_due_ms(self.policy)
-            if due is not None:
+            if due is not None and (timer_ms is None or due < timer_ms):
+                if timer_ms is not None:
+                    self.handle.deleteTimer(timer_ms)
                 self.handle.registerTimer(due)
+                timer_ms = due
+            rate = buffer.rate
+            if buffer.rows or rate.recent_ms or rate.throttled_since_ms is not None:
+                self.state.update((dump_rows(buffer.rows), timer_ms, ",".join(map(str, rate.recent_ms)),
+                                   rate.throttled_since_ms, buffer.throttled_until_ms))
+            else:
+                if timer_ms is not None:
+                    self.handle.deleteTimer(timer_ms)
+                self.state.clear()
 
         def _flush(self, buffer: PendingBuffer, now_ms: int) -> list[tuple]:
             out = []
@@ -123,7 +138,7 @@ def _processor_class():
             if group_key == POISON_GROUP:
                 yield pd.DataFrame(_dead_letters(frame, now), columns=columns)
                 return
-            buffer, stored = self._load(group_key)
+            buffer, timer_ms = self._load(group_key)
             buffer.seen = set()  # duplicates inside this micro-batch only (see module docstring)
             events = sorted(
                 (BufferedEvent(SourcePosition(t, int(p), int(o)), int(ts), item, parse_items(items))
@@ -134,15 +149,15 @@ def _processor_class():
             for event in events:
                 buffer.ingest(event, now)
             out = self._flush(buffer, now)
-            self._save(buffer, stored)
+            self._save(buffer, timer_ms)
             if out:
                 yield pd.DataFrame(out, columns=columns)
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
             now = timerValues.getCurrentProcessingTimeInMs()
-            buffer, stored = self._load(key[0])
+            buffer, _ = self._load(key[0])  # the expired timer is gone: nothing to delete
             out = self._flush(buffer, now)
-            self._save(buffer, stored)
+            self._save(buffer, None)
             if out:
                 yield pd.DataFrame(out, columns=columns)
 
@@ -150,6 +165,11 @@ def _processor_class():
             pass
 
     return BufferProcessor
+
+
+def _int_or_none(value) -> int | None:
+    """A nullable long from Spark state (None, or NaN through pandas) as an int or None."""
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
 
 
 def _dead_letters(frame, now_ms: int) -> list[tuple]:
@@ -174,42 +194,87 @@ def aggregate(records_df, policy: Policy, names: FieldNames = DEFAULT_NAMES, max
         outputMode="Append", timeMode="ProcessingTime")
 
 
+_DESTINATIONS: dict[tuple[str, str], object] = {}  # per Python worker: producers outlive a task
+
+
+def _open(kind: str, url: str, opener: Callable):
+    """One sink / dead-letter client per URL and worker process (Kafka producers are costly)."""
+    client = _DESTINATIONS.get((kind, url))
+    if client is None:
+        client = _DESTINATIONS[(kind, url)] = opener(url)
+    return client
+
+
+def deliver_partition(rows: Iterable, *, sink_url: str, dead_letter_url: str, epoch_id: int,
+                      sink_opener: Callable | None = None, chunk: int = 500) -> None:
+    """Publish one partition of a micro-batch's output from the executor holding it: batches to
+    the sink, dead letters to the dead-letter destination, ``chunk`` at a time. Raises
+    :class:`DeliveryError` unless every write is confirmed, which fails the task (Spark retries
+    it, then fails the micro-batch; the same rows, with the same batch ids, go out again)."""
+    from consolidator.deadletter import dead_letter_from_url
+    from consolidator.sinks import OutgoingBatch, sink_from_url
+
+    batches: list = []
+    dead: list[dict] = []
+
+    def send_batches() -> None:
+        failures = _open("sink", sink_url, sink_opener or sink_from_url).publish(batches)
+        if failures:
+            raise DeliveryError(f"micro-batch {epoch_id}: {len(failures)} of {len(batches)} batches not "
+                                f"confirmed: {list(failures.values())[:3]}")
+        batches.clear()
+
+    def send_dead() -> None:
+        failed = _open("dead_letter", dead_letter_url, dead_letter_from_url).send(dead)
+        if failed:
+            raise DeliveryError(f"micro-batch {epoch_id}: {len(failed)} of {len(dead)} dead-letter entries "
+                                "not confirmed")
+        dead.clear()
+
+    for row in rows:
+        if row["kind"] == BATCH:
+            batches.append(OutgoingBatch(row["batch_id"], row["group_key"], row["body"].encode()))
+            if len(batches) >= chunk:
+                send_batches()
+        else:
+            dead.append(json.loads(row["body"]))
+            if len(dead) >= chunk:
+                send_dead()
+    if dead:
+        send_dead()
+    if batches:
+        send_batches()
+
+
 @dataclass
 class BatchWriter:
     """``foreachBatch`` sink: batches to ``sink_url`` (any :func:`consolidator.sinks.sink_from_url`
-    URL), dead letters to ``dead_letter_url`` (:func:`consolidator.deadletter.dead_letter_from_url`).
-    Raises :class:`DeliveryError` unless every write is confirmed, so the micro-batch is not
-    committed and runs again on restart (at least once; consumers dedupe on ``batch_id``)."""
+    URL), dead letters to ``dead_letter_url`` (:func:`consolidator.deadletter.dead_letter_from_url`),
+    each partition from its executor (:func:`deliver_partition`): nothing goes through the driver.
+    Returns only when every partition confirmed every write; otherwise the micro-batch fails, is
+    not committed and runs again on restart (at least once; consumers dedupe on ``batch_id``).
+    ``sink_opener`` (URL -> sink) must be picklable; None = :func:`consolidator.sinks.sink_from_url`."""
 
     sink_url: str
     dead_letter_url: str
-    _sink: object = field(default=None, repr=False)
-    _dead_letter: object = field(default=None, repr=False)
+    sink_opener: Callable | None = None
 
     def __call__(self, df, epoch_id: int) -> None:
-        from consolidator.deadletter import dead_letter_from_url
-        from consolidator.sinks import OutgoingBatch, sink_from_url
-
-        rows = df.collect()  # consolidated output: at most a few batches per group and trigger
-        batches = [OutgoingBatch(r["batch_id"], r["group_key"], r["body"].encode()) for r in rows
-                   if r["kind"] == BATCH]
-        dead = [json.loads(r["body"]) for r in rows if r["kind"] in (DEAD_LETTER, EXPIRED)]
-        if dead:
-            self._dead_letter = self._dead_letter or dead_letter_from_url(self.dead_letter_url)
-            failed = self._dead_letter.send(dead)
-            if failed:
-                raise DeliveryError(f"micro-batch {epoch_id}: {len(failed)} dead-letter entries not confirmed")
-        if batches:
-            self._sink = self._sink or sink_from_url(self.sink_url)
-            failures = self._sink.publish(batches)
-            if failures:
-                raise DeliveryError(f"micro-batch {epoch_id}: {len(failures)} batches not confirmed: "
-                                    f"{list(failures.values())[:3]}")
+        df.foreachPartition(functools.partial(
+            deliver_partition, sink_url=self.sink_url, dead_letter_url=self.dead_letter_url,
+            epoch_id=epoch_id, sink_opener=self.sink_opener))
 
     def close(self) -> None:
-        if self._sink is not None:
-            self._sink.close()
-            self._sink = None
+        """Release the destinations this process opened (the driver's, in local runs)."""
+        close_destinations()
+
+
+def close_destinations() -> None:
+    while _DESTINATIONS:
+        _, client = _DESTINATIONS.popitem()
+        close = getattr(client, "close", None)
+        if close is not None:
+            close()
 
 
 @dataclass(frozen=True)
