@@ -46,7 +46,8 @@ def idle_rows(store: MySQLStore, group: str = "WH-1", n: int = 2) -> None:
 
 def flush_env(env: dict[str, str], tmp_path) -> dict[str, str]:
     return env | {"CONSOLIDATOR_REDIS_URL": REDIS_URL, "CONSOLIDATOR_SINK_URL": f"file://{tmp_path}/batches.jsonl",
-                  "CONSOLIDATOR_DEAD_LETTER_URL": f"file://{tmp_path}/dead-letter.jsonl"}
+                  "CONSOLIDATOR_DEAD_LETTER_URL": f"file://{tmp_path}/dead-letter.jsonl",
+                  "CONSOLIDATOR_EVENT_TTL_SECONDS": "0"}  # the rows carry a fixed, old record time
 
 
 def test_version():
