@@ -289,8 +289,12 @@ def render_chart(figures: Sequence[PolicyFigures], path: Path, max_p95_ms: float
     xs = [f.compaction_ratio for f in figures]
     ys = [f.latency_p95_ms / 1000 for f in figures]
     axis.scatter(xs, ys, color="#4c72b0", zorder=3)
+    labels: dict[tuple[float, float], list[str]] = {}  # policies with equal figures share a point
     for f, x, y in zip(figures, xs, ys, strict=True):
-        axis.annotate(f.policy, (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
+        labels.setdefault((x, y), []).append(f.policy)
+    for (x, y), names in labels.items():
+        axis.annotate("\n".join(names), (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8,
+                      va="bottom")
     for hard in sorted({f.hard_window_ms for f in figures}):
         axis.axhline(hard / 1000, color="#c44e52", linestyle="--", linewidth=1)
         axis.annotate(f"hard window {hard / 1000:g} s", (0, hard / 1000), xycoords=("axes fraction", "data"),
@@ -309,7 +313,7 @@ def render_chart(figures: Sequence[PolicyFigures], path: Path, max_p95_ms: float
     axis.set_ylabel("p95 latency (s, flushed_at - first_seen)")
     axis.set_title("Replay: p95 latency against compaction, one point per policy")
     axis.set_ylim(bottom=0, top=max(ys + [f.hard_window_ms / 1000 for f in figures]) * 1.15 or 1)
-    axis.set_xlim(left=0, right=max(xs + [1.0]) * 1.2)
+    axis.set_xlim(left=0, right=max(xs + [1.0]) * 1.35)
     axis.grid(True, alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
