@@ -91,10 +91,6 @@ def test_serverless_path_and_spark_replay_yield_identical_batches(spark, store, 
         [(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value) for r in records],
         "topic string, partition int, offset long, timestamp long, key binary, value binary"))
     result = replay(frame, [NamedPolicy("same", POLICY)]).collect()
-    exact = replay(frame, [NamedPolicy("same", POLICY)], exact_grouping=True).collect()
-    assert sorted(r["body"] for r in exact if r["kind"] != "summary") == sorted(
-        r["body"] for r in result if r["kind"] != "summary")
-    assert not [r for r in result if r["kind"] == "misrouted"]
     spark_batches = [json.loads(r["body"]) for r in result if r["kind"] == "batch"]
     spark_dead = [json.loads(r["body"]) for r in result if r["kind"] == "dead_letter"]
 

@@ -45,11 +45,18 @@ def test_replay_command_writes_batches_and_report(spark, tmp_path):
     out = tmp_path / "out"
     result = runner.invoke(spark_app, ["replay", "--input", str(source), "--out", str(out),
                                        "--debounce-ms", "60000,120000", "--max-batch-size", "2,500",
-                                       "--event-ttl-seconds", "0"])
+                                       "--event-ttl-seconds", "0", "--max-p95-seconds", "1000"])
     assert result.exit_code == 0, result.output
     assert "d60s-h1800s-n2-t30s: 6 in, 4 batches" in result.output  # 2 full + 2 idle
     report = json.loads((out / "report" / "report.json").read_text())
-    assert [(r["policy"], r["batches_out"]) for r in report] == [
+    # n500 compacts best (3 events per batch); d60 and d120 tie on compaction, d60 has the lower p95
+    assert report["recommended"] == "d60s-h1800s-n500-t30s" and "`d60s-h1800s-n500-t30s`" in result.output
+    assert {k: report["input"][k] for k in ("records", "groups", "first_ms", "last_ms")} == {
+        "records": 6, "groups": 2, "first_ms": 1_795_000_020_000, "last_ms": 1_795_000_025_000}
+    assert [f.rsplit("/", 1)[-1] for f in report["input"]["files"]] == ["in.jsonl"]
+    page = (out / "report" / "report.html").read_text()
+    assert "Recommendation" in page and "records: 6" in page and "hard window 1800 s" in page
+    assert [(r["policy"], r["batches_out"]) for r in report["policies"]] == [
         ("d60s-h1800s-n2-t30s", 4), ("d60s-h1800s-n500-t30s", 2),
         ("d120s-h1800s-n2-t30s", 4), ("d120s-h1800s-n500-t30s", 2)]
     assert (out / "report" / "chart.png").stat().st_size > 1000

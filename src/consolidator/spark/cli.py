@@ -216,8 +216,8 @@ def replay(
     item_id_field: ItemField = "order_id",
     items_field: ItemsField = "items",
     max_event_bytes: MaxBytes = 262_144,
-    exact_grouping: Annotated[bool, typer.Option(
-        "--exact-grouping", help="Decode in a separate pass before grouping (slower, never refuses).")] = False,
+    max_p95_seconds: Annotated[float | None, typer.Option(
+        "--max-p95-seconds", help="Recommend the policy with the best compaction within this p95 latency.")] = None,
     master: MasterOpt = None,
     rate_limit: Annotated[str | None, typer.Option(
         "--rate-limit", help="Comma-separated candidates N/SECONDS or none (default: the environment's "
@@ -231,7 +231,12 @@ def replay(
     """Replay history under a grid of policies; writes batches and a Markdown/HTML report with a chart."""
     from consolidator.spark.replay import policy_grid, write_outputs
     from consolidator.spark.replay import replay as run_replay
-    from consolidator.spark.report import compute_figures, write_report
+    from consolidator.spark.report import (
+        compute_figures,
+        describe_input,
+        recommendation_text,
+        write_report,
+    )
     from consolidator.spark.session import build_session
     from consolidator.spark.source import kafka_reader
     from consolidator.spark.transforms import read_record_files, records
@@ -263,17 +268,23 @@ def replay(
     else:
         raise typer.BadParameter("--input is required unless --format kafka")
     names = FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field)
-    result = run_replay(frame, policies, names, max_event_bytes, exact_grouping).persist()
+    result = run_replay(frame, policies, names, max_event_bytes).persist()
     try:
         write_outputs(result, str(out))
         figures = compute_figures(result, policies)
+        source_label = f"kafka {topic} at {bootstrap_servers}" if input_format == "kafka" else f"{input_format} {input_path}"
+        summary = describe_input(frame, result, source_label)
     finally:
         result.unpersist()
-    paths = write_report(figures, out / "report")
+    max_p95_ms = None if max_p95_seconds is None else max_p95_seconds * 1000
+    paths = write_report(figures, out / "report", summary, max_p95_ms)
     for f in figures:
         typer.echo(f"{f.policy}: {f.messages_in} in, {f.batches_out} batches, compaction {f.compaction_ratio}, "
                    f"p95 latency {f.latency_p95_ms / 1000:.1f} s, dead-lettered {f.dead_lettered}, "
                    f"expired {f.expired}, held back p95 {f.held_back_p95_ms / 1000:.1f} s")
+    advice = recommendation_text(figures, max_p95_ms)
+    if advice:
+        typer.echo(advice)
     typer.echo(f"report: {paths['markdown']} ({paths['html'].name}, {paths['chart'].name})")
 
 

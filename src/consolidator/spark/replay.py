@@ -18,12 +18,27 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import orjson
+
 from consolidator.batch import Member, build_message, encode
 from consolidator.deadletter import expired_entry, poison_entry
-from consolidator.errors import ConsolidatorError
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
-from consolidator.events import decode as decode_record
-from consolidator.policy import FlushReason, Policy, RateLimit, next_tick_ms
+from consolidator.events import (
+    FieldNames,
+    KafkaRecord,
+    PoisonEvent,
+    PoisonReason,
+    SourcePosition,
+    bucket_of,
+)
+from consolidator.policy import (
+    FlushReason,
+    GroupStats,
+    Policy,
+    RateLimit,
+    next_due_ms,
+    next_tick_ms,
+    plan_batches,
+)
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
 
 
@@ -124,7 +139,68 @@ def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Poli
     return GroupReplay(batches, len(ordered), replayed, expired)
 
 
-DEFAULT_NAMES = FieldNames()
+def _arrival(event: BufferedEvent) -> tuple:
+    return (event.timestamp_ms, event.position)
+
+
+def simulate(group_key: str, events: Sequence[BufferedEvent], policy: Policy) -> GroupReplay:
+    """:func:`simulate_group_fast` for a plain policy; :func:`simulate_group` (the reference)
+    when a rate limit, a TTL or a byte cap takes part, which the fast path does not model."""
+    plain = (policy.rate_limit is None and not policy.rate_overrides and not policy.ttl_ms
+             and policy.max_batch_bytes is None)
+    return (simulate_group_fast if plain else simulate_group)(group_key, events, policy)
+
+
+def simulate_group_fast(group_key: str, events: Sequence[BufferedEvent], policy: Policy) -> GroupReplay:
+    """Exactly :func:`simulate_group`'s batches, with fewer objects: rows are lists updated in
+    place, the group statistics are kept as two integers, and :class:`Member` rows are built only
+    when a tick claims. Every decision is still ``policy.py``'s (``next_due_ms``, ``plan_batches``,
+    ``next_tick_ms`` on the same :class:`GroupStats`); ``tests/unit/test_simulation.py`` checks the
+    equality on random histories."""
+    ordered = sorted(events, key=_arrival)
+    rows: dict[tuple[int, str], list] = {}  # (bucket, item) -> [position, item, items, first, last, merged]
+    seen: set[SourcePosition] = set()
+    batches: list[ReplayBatch] = []
+    replayed = index = oldest = newest = 0
+    count = len(ordered)
+    while index < count or rows:
+        tick = None
+        if rows:
+            tick = next_tick_ms(next_due_ms(GroupStats(group_key, len(rows), oldest, newest), policy), policy)
+        if index < count and (tick is None or ordered[index].timestamp_ms <= tick):
+            event = ordered[index]
+            index += 1
+            position, now = event.position, event.timestamp_ms
+            if position in seen:
+                replayed += 1
+                continue
+            seen.add(position)
+            key = (bucket_of(now), event.item_id)
+            row = rows.get(key)
+            if row is None:
+                if not rows:
+                    oldest = newest = now
+                rows[key] = [position, event.item_id, event.items, now, now, 1]
+                oldest, newest = min(oldest, now), max(newest, now)
+            else:
+                if position > row[0]:
+                    row[0], row[2] = position, event.items
+                row[4] = max(row[4], now)
+                row[5] += 1
+                newest = max(newest, now)
+            continue
+        assert tick is not None  # the loop condition guarantees pending rows here
+        keys = {row[0]: key for key, row in rows.items()}
+        claims, remaining = plan_batches(group_key, [Member(*row) for row in rows.values()], tick, policy)
+        if claims:
+            rows = {keys[m.position]: list(m) for m in remaining}
+            oldest = min((m.first_seen_ms for m in remaining), default=0)
+            newest = max((m.last_update_ms for m in remaining), default=0)
+        for reason, members in claims:
+            message = build_message(group_key, members, reason, flushed_at_ms=tick)
+            batches.append(ReplayBatch(group_key, reason, tick, tuple(members), message))
+    return GroupReplay(batches, count, replayed)
+
 
 # -- Spark -----------------------------------------------------------------------------------
 
@@ -133,20 +209,16 @@ OUTPUT_SCHEMA = (
     " flushed_at_ms long, members int, event_count long, latencies_ms array<long>, body string,"
     " records_in long, replayed long"
 )
-BATCH, DEAD_LETTER, SUMMARY, MISROUTED, EXPIRED = "batch", "dead_letter", "summary", "misrouted", "expired"
+BATCH, DEAD_LETTER, SUMMARY, EXPIRED = "batch", "dead_letter", "summary", "expired"
 
 
-class ReplayRoutingError(ConsolidatorError):
-    """Fast-path grouping disagreed with ``events.decode`` for some records (see :func:`replay`)."""
-
-
-def _group_function(policies: Sequence[NamedPolicy], names: FieldNames, max_event_bytes: int, decoded: bool):
-    """The per-group Arrow function (no pandas on the hot path). With ``decoded`` the input is
-    :data:`~consolidator.spark.transforms.DECODED_SCHEMA`; otherwise raw records with a
-    ``group_key`` read by Spark, decoded here with ``events.decode`` and checked against it."""
+def _group_function(policies: Sequence[NamedPolicy]):
+    """The per-group Arrow function (no pandas on the hot path) over decoded records
+    (:data:`~consolidator.spark.transforms.DECODED_SCHEMA`)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    from consolidator.spark.transforms import POISON_GROUP, parse_items
+    from consolidator.spark.transforms import POISON_GROUP
 
     out_schema = pa.schema([
         ("kind", pa.string()), ("policy", pa.string()), ("group_key", pa.string()), ("batch_id", pa.string()),
@@ -160,52 +232,31 @@ def _group_function(policies: Sequence[NamedPolicy], names: FieldNames, max_even
         return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, out_schema, strict=True)],
                                     schema=out_schema)
 
-    def dead_letter(record: KafkaRecord, error: PoisonEvent) -> tuple:
-        entry = poison_entry(record, error, record.timestamp_ms)
-        return (DEAD_LETTER, None, None, None, str(error.reason), None, None, None, None,
-                encode(entry).decode(), 1, 0)
-
-    def events_of(cols: dict, group_key: str, rows: list[tuple]) -> list:
-        events = []
-        if decoded:
-            for topic, partition, offset, ts, key, value, item_id, items, reason, detail in zip(
-                cols["topic"], cols["partition"], cols["offset"], cols["timestamp_ms"], cols["key"],
-                cols["value"], cols["item_id"], cols["items"], cols["poison_reason"], cols["poison_detail"],
-                strict=True,
-            ):
-                if reason is not None:
-                    rows.append(dead_letter(KafkaRecord(topic, partition, offset, ts, key, value),
-                                            PoisonEvent(PoisonReason(reason), detail)))
-                else:
-                    events.append(BufferedEvent(SourcePosition(topic, partition, offset), ts, item_id,
-                                                parse_items(items)))
-            return events
-        for topic, partition, offset, ts, key, value in zip(
-            cols["topic"], cols["partition"], cols["offset"], cols["timestamp_ms"], cols["key"], cols["value"],
-            strict=True,
+    def dead_letters(data: pa.Table, rows: list[tuple]) -> None:
+        poison = data.filter(pc.is_valid(data["poison_reason"])).to_pydict()
+        for topic, partition, offset, ts, key, value, reason, detail in zip(
+            poison["topic"], poison["partition"], poison["offset"], poison["timestamp_ms"], poison["key"],
+            poison["value"], poison["poison_reason"], poison["poison_detail"], strict=True,
         ):
             record = KafkaRecord(topic, partition, offset, ts, key, value)
-            try:
-                event = decode_record(record, names, max_event_bytes)
-            except PoisonEvent as error:
-                rows.append(dead_letter(record, error))
-                continue
-            if event.group_key != group_key:
-                rows.append((MISROUTED, None, event.group_key, None, None, None, None, None, None, None, 1, 0))
-                continue
-            events.append(event)  # an Event has what the buffer reads (position, timestamp, item)
-        return events
+            entry = poison_entry(record, PoisonEvent(PoisonReason(reason), detail), ts)
+            rows.append((DEAD_LETTER, None, None, None, reason, None, None, None, None, encode(entry).decode(), 1, 0))
 
     def run(data: pa.Table) -> pa.Table:
-        cols = data.to_pydict()
-        group_key = cols["group_key"][0]
+        group_key = data["group_key"][0].as_py()
         rows: list[tuple] = []
-        events = events_of(cols, group_key, rows)
-        if group_key == POISON_GROUP and not events:
+        if group_key == POISON_GROUP:
+            dead_letters(data, rows)
             return table(rows)
+        cols = data.select(["topic", "partition", "offset", "timestamp_ms", "item_id", "items"]).to_pydict()
+        loads = orjson.loads
+        events = [BufferedEvent(SourcePosition(t, p, o), ts, item, tuple(map(tuple, loads(items))))
+                  for t, p, o, ts, item, items in zip(cols["topic"], cols["partition"], cols["offset"],
+                                                      cols["timestamp_ms"], cols["item_id"], cols["items"],
+                                                      strict=True)]
         replayed = 0
         for named in policies:
-            result = simulate_group(group_key, events, named.policy)
+            result = simulate(group_key, events, named.policy)
             replayed = result.replayed
             for b in result.batches:
                 rows.append((BATCH, named.name, group_key, b.batch_id, str(b.reason), b.flushed_at_ms,
@@ -221,46 +272,26 @@ def _group_function(policies: Sequence[NamedPolicy], names: FieldNames, max_even
     return run
 
 
+DEFAULT_NAMES = FieldNames()
+
+
 def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFAULT_NAMES,
-           max_event_bytes: int = 262_144, exact_grouping: bool = False):
+           max_event_bytes: int = 262_144):
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`) -> one frame of batches,
-    dead letters and per-group summaries (:data:`OUTPUT_SCHEMA`) for every policy at once:
-    the input is shuffled once, each group simulated under each policy.
+    dead letters and per-group summaries (:data:`OUTPUT_SCHEMA`) for every policy at once.
 
-    Fast path (default): Spark reads the group key with ``get_json_object`` for the shuffle and
-    each record is decoded once, inside its group, by ``events.decode``; a record whose decoded
-    key differs (duplicate JSON keys, ``-0``) comes out as ``misrouted`` and
-    :func:`check_routing` refuses the result. ``exact_grouping`` decodes in a separate pass
-    first and groups by the decoded key: always exact, slower."""
-    from pyspark.sql import functions as F
-
-    from consolidator.spark.transforms import POISON_GROUP, RECORD_SCHEMA, decode
+    Records are decoded by :func:`consolidator.spark.transforms.decode` (Spark's JSON functions
+    where they provably agree with ``events.decode``, ``events.decode`` for the rest), shuffled
+    once by group key, and each group simulated under each policy."""
+    from consolidator.spark.transforms import decode
 
     if not policies:
         raise ValueError("replay needs at least one policy")
     names_seen = [p.name for p in policies]
     if len(set(names_seen)) != len(names_seen):
         raise ValueError(f"policy names must be unique: {names_seen}")
-    if exact_grouping:
-        frame = decode(records_df, names, max_event_bytes)
-    else:
-        path = "$." + names.group_key if names.group_key.isidentifier() else f"$['{names.group_key}']"
-        frame = records_df.select(
-            *RECORD_SCHEMA.fieldNames(),
-            F.coalesce(F.get_json_object(F.col("value").cast("string"), path), F.lit(POISON_GROUP)).alias("group_key"))
-    function = _group_function(policies, names, max_event_bytes, decoded=exact_grouping)
-    return frame.groupBy("group_key").applyInArrow(function, OUTPUT_SCHEMA)
-
-
-def check_routing(result) -> None:
-    """Raise :class:`ReplayRoutingError` if the fast path misrouted any record."""
-    from pyspark.sql import functions as F
-
-    misrouted = result.where(F.col("kind") == MISROUTED).count()
-    if misrouted:
-        raise ReplayRoutingError(
-            f"{misrouted} records have a group key that Spark's JSON path reads differently from "
-            "events.decode (duplicate keys or unusual numbers); run the replay with exact grouping")
+    frame = decode(records_df, names, max_event_bytes)
+    return frame.groupBy("group_key").applyInArrow(_group_function(policies), OUTPUT_SCHEMA)
 
 
 def write_outputs(result, out_dir: str) -> None:
@@ -269,7 +300,6 @@ def write_outputs(result, out_dir: str) -> None:
     are deterministic; part-file names are not."""
     from pyspark.sql import functions as F
 
-    check_routing(result)
     (result.where(F.col("kind") == BATCH)
      .select("policy", "flushed_at_ms", "group_key", "batch_id", "body")
      .repartition(1).sortWithinPartitions("policy", "flushed_at_ms", "group_key", "batch_id")

@@ -65,13 +65,47 @@ class PolicyFigures:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class InputSummary:
+    """What the replay read: where from, how many records and groups, which time span."""
+
+    source: str
+    files: tuple[str, ...]
+    records: int
+    groups: int
+    first_ms: int | None
+    last_ms: int | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def describe_input(records_df, result, source: str) -> InputSummary:
+    """Input figures of a replay: ``records_df`` as read (files listed when it is file-based)."""
+    from pyspark.sql import functions as F
+
+    from consolidator.spark.replay import SUMMARY
+
+    span = records_df.agg(F.count("*").alias("n"), F.min("timestamp_ms").alias("first"),
+                          F.max("timestamp_ms").alias("last")).first()
+    files = tuple(sorted(records_df.inputFiles()))  # empty for Kafka
+    groups = result.where(F.col("kind") == SUMMARY).count()
+    return InputSummary(source, files, int(span["n"]), groups, span["first"], span["last"])
+
+
+def recommend(figures: Sequence[PolicyFigures], max_p95_ms: float) -> PolicyFigures | None:
+    """The policy with the best compaction whose p95 latency is within ``max_p95_ms`` (ties: lower
+    p95, then name); None when no policy meets the bound."""
+    within = [f for f in figures if f.batches_out and f.latency_p95_ms <= max_p95_ms]
+    return min(within, key=lambda f: (-f.compaction_ratio, f.latency_p95_ms, f.policy), default=None)
+
+
 def compute_figures(result, policies) -> list[PolicyFigures]:
     """Figures of a :func:`consolidator.spark.replay.replay` result (cache it first: several passes)."""
     from pyspark.sql import functions as F
 
-    from consolidator.spark.replay import BATCH, DEAD_LETTER, EXPIRED, SUMMARY, check_routing
+    from consolidator.spark.replay import BATCH, DEAD_LETTER, EXPIRED, SUMMARY
 
-    check_routing(result)
     summary = result.where(F.col("kind") == SUMMARY).agg(
         F.coalesce(F.sum("records_in"), F.lit(0)).alias("records_in"),
         F.coalesce(F.sum("replayed"), F.lit(0)).alias("replayed"),
@@ -152,6 +186,40 @@ def _seconds(ms: float) -> str:
     return f"{ms / 1000:.1f} s"
 
 
+def _iso(ms: int | None) -> str:
+    from consolidator.batch import iso_ms
+
+    return "-" if ms is None else iso_ms(ms)
+
+
+def _span(source: InputSummary) -> str:
+    if source.first_ms is None or source.last_ms is None:
+        return "no records"
+    hours = (source.last_ms - source.first_ms) / 3_600_000
+    return f"{_iso(source.first_ms)} to {_iso(source.last_ms)} ({hours:.1f} h)"
+
+
+NAME_HELP = ("A policy name lists its settings: `d300s-h1800s-n500-t30s` is debounce 300 s (flush a group "
+             "once it has been quiet that long), hard window 1800 s (flush at the latest that long after "
+             "the group's oldest pending event), at most 500 rows per batch (a full group flushes at once), "
+             "and flush ticks every 30 s.")
+GLOSSARY = ("Compaction = events batched / batches out (higher: fewer, larger batches downstream). "
+            "Latency = flushed_at - first_seen per buffered row.")
+
+
+def recommendation_text(figures: Sequence[PolicyFigures], max_p95_ms: float | None) -> str | None:
+    if max_p95_ms is None:
+        return None
+    best = recommend(figures, max_p95_ms)
+    if best is None:
+        fastest = min(figures, key=lambda f: f.latency_p95_ms)
+        return (f"No policy keeps p95 latency within {_seconds(max_p95_ms)}; the lowest p95 is "
+                f"`{fastest.policy}` ({_seconds(fastest.latency_p95_ms)}).")
+    return (f"Recommended for p95 latency <= {_seconds(max_p95_ms)}: `{best.policy}`: compaction "
+            f"{best.compaction_ratio:.2f}, p95 latency {_seconds(best.latency_p95_ms)} (the best compaction "
+            "among the policies within the bound).")
+
+
 _ROWS = (
     ("messages in", lambda f: f"{f.messages_in:,}"),
     ("dead-lettered", lambda f: f"{f.dead_lettered:,}"),
@@ -176,58 +244,104 @@ _ROWS = (
 )
 
 
-def render_markdown(figures: Sequence[PolicyFigures], chart_name: str | None = "chart.png") -> str:
-    lines = ["# Replay report", "",
-             "Latency is flushed_at - first_seen per buffered row; compaction = events batched / batches out.", ""]
+def _input_lines(source: InputSummary) -> list[str]:
+    files = (f"{len(source.files)} file(s): " + ", ".join(source.files[:5])
+             + (f" and {len(source.files) - 5} more" if len(source.files) > 5 else "")) if source.files else "-"
+    return [f"source: {source.source}", f"files: {files}", f"time span: {_span(source)}",
+            f"records: {source.records:,}", f"groups: {source.groups:,}"]
+
+
+def render_markdown(figures: Sequence[PolicyFigures], source: InputSummary | None = None,
+                    max_p95_ms: float | None = None, chart_name: str | None = "chart.png") -> str:
+    lines = ["# Replay report", ""]
+    if source:
+        lines += ["## Input", "", *(f"- {line}" for line in _input_lines(source)), ""]
+    advice = recommendation_text(figures, max_p95_ms)
+    if advice:
+        lines += ["## Recommendation", "", advice, ""]
+    lines += ["## Policies", "", NAME_HELP, "", GLOSSARY, ""]
     lines.append("| | " + " | ".join(f"`{f.policy}`" for f in figures) + " |")
     lines.append("|---|" + "---|" * len(figures))
     for label, cell in _ROWS:
         lines.append(f"| {label} | " + " | ".join(cell(f) for f in figures) + " |")
     if chart_name:
-        lines += ["", f"![batches and latency per policy]({chart_name})"]
+        lines += ["", f"![p95 latency against compaction, one point per policy]({chart_name})"]
     return "\n".join(lines) + "\n"
 
 
-def render_html(figures: Sequence[PolicyFigures], chart_name: str | None = "chart.png") -> str:
+def _code(text: str) -> str:
+    """Markdown-ish `code` spans to HTML (text escaped first)."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def render_html(figures: Sequence[PolicyFigures], source: InputSummary | None = None,
+                max_p95_ms: float | None = None, chart_name: str | None = "chart.png") -> str:
     head = "".join(f"<th><code>{html.escape(f.policy)}</code></th>" for f in figures)
     body = "".join(
         f"<tr><th>{html.escape(label)}</th>" + "".join(f"<td>{html.escape(cell(f))}</td>" for f in figures) + "</tr>"
         for label, cell in _ROWS
     )
-    chart = f'<p><img src="{html.escape(chart_name)}" alt="batches and latency per policy"></p>' if chart_name else ""
+    sections = []
+    if source:
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in _input_lines(source))
+        sections.append(f"<h2>Input</h2><ul>{items}</ul>")
+    advice = recommendation_text(figures, max_p95_ms)
+    if advice:
+        sections.append(f'<h2>Recommendation</h2><p class="advice">{_code(advice)}</p>')
+    if chart_name:
+        sections.append(f'<p><img src="{html.escape(chart_name)}" '
+                        'alt="p95 latency against compaction, one point per policy"></p>')
+    sections.append(f"<h2>Policies</h2><p>{_code(NAME_HELP)}</p><p>{_code(GLOSSARY)}</p>")
     return (
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Replay report</title>"
-        "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
-        "table{border-collapse:collapse}</style></head><body><h1>Replay report</h1>"
-        f"<table><tr><th></th>{head}</tr>{body}</table>{chart}</body></html>\n"
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:1em auto}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}table{border-collapse:collapse}"
+        ".advice{background:#eef6ee;border-left:4px solid #3a7d44;padding:6px 10px}</style></head>"
+        "<body><h1>Replay report</h1>" + "".join(sections)
+        + f"<table><tr><th></th>{head}</tr>{body}</table></body></html>\n"
     )
 
 
-def render_chart(figures: Sequence[PolicyFigures], path: Path) -> Path:
-    """Two panels: batches out per policy, and latency p50/p95/p99/max per policy (seconds)."""
+def render_chart(figures: Sequence[PolicyFigures], path: Path, max_p95_ms: float | None = None) -> Path:
+    """p95 latency (s) against compaction (events per batch), one labelled point per policy,
+    each hard window as a dashed reference line, ``max_p95_ms`` as a dotted one, the
+    recommended policy circled."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [f.policy for f in figures]
-    positions = range(len(figures))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(max(8, 2.2 * len(figures) + 4), 4.5))
-    left.bar(positions, [f.batches_out for f in figures], color="#4c72b0")
-    left.set_title("batches out")
-    right.set_title("latency (s)")
-    width = 0.2
-    for shift, (label, values) in enumerate((
-        ("p50", [f.latency_p50_ms for f in figures]),
-        ("p95", [f.latency_p95_ms for f in figures]),
-        ("p99", [f.latency_p99_ms for f in figures]),
-        ("max", [f.latency_max_ms for f in figures]),
-    )):
-        right.bar([p + (shift - 1.5) * width for p in positions], [v / 1000 for v in values], width, label=label)
-    right.legend()
-    for axis in (left, right):
-        axis.set_xticks(list(positions))
-        axis.set_xticklabels(names, rotation=20, ha="right", fontsize=8)
+    fig, axis = plt.subplots(figsize=(9, 5.5))
+    xs = [f.compaction_ratio for f in figures]
+    ys = [f.latency_p95_ms / 1000 for f in figures]
+    axis.scatter(xs, ys, color="#4c72b0", zorder=3)
+    labels: dict[tuple[float, float], list[str]] = {}  # policies with equal figures share a point
+    for f, x, y in zip(figures, xs, ys, strict=True):
+        labels.setdefault((x, y), []).append(f.policy)
+    for (x, y), names in labels.items():
+        axis.annotate("\n".join(names), (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8,
+                      va="bottom")
+    for hard in sorted({f.hard_window_ms for f in figures}):
+        axis.axhline(hard / 1000, color="#c44e52", linestyle="--", linewidth=1)
+        axis.annotate(f"hard window {hard / 1000:g} s", (0, hard / 1000), xycoords=("axes fraction", "data"),
+                      textcoords="offset points", xytext=(4, 3), fontsize=8, color="#c44e52")
+    if max_p95_ms is not None:
+        axis.axhline(max_p95_ms / 1000, color="#3a7d44", linestyle=":", linewidth=1.2)
+        axis.annotate(f"--max-p95 {max_p95_ms / 1000:g} s", (1, max_p95_ms / 1000),
+                      xycoords=("axes fraction", "data"), textcoords="offset points", xytext=(-4, 3),
+                      ha="right", fontsize=8, color="#3a7d44")
+        best = recommend(figures, max_p95_ms)
+        if best is not None:
+            axis.scatter([best.compaction_ratio], [best.latency_p95_ms / 1000], s=220, facecolors="none",
+                         edgecolors="#3a7d44", linewidths=2, zorder=4, label=f"recommended: {best.policy}")
+            axis.legend(loc="lower right", fontsize=8)
+    axis.set_xlabel("compaction (events per batch)")
+    axis.set_ylabel("p95 latency (s, flushed_at - first_seen)")
+    axis.set_title("Replay: p95 latency against compaction, one point per policy")
+    axis.set_ylim(bottom=0, top=max(ys + [f.hard_window_ms / 1000 for f in figures]) * 1.15 or 1)
+    axis.set_xlim(left=0, right=max(xs + [1.0]) * 1.35)
+    axis.grid(True, alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -235,17 +349,20 @@ def render_chart(figures: Sequence[PolicyFigures], path: Path) -> Path:
     return path
 
 
-def write_report(figures: Sequence[PolicyFigures], out_dir: Path) -> dict[str, Path]:
+def write_report(figures: Sequence[PolicyFigures], out_dir: Path, source: InputSummary | None = None,
+                 max_p95_ms: float | None = None) -> dict[str, Path]:
     """``report.md``, ``report.html``, ``chart.png`` and ``report.json`` in ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {
-        "chart": render_chart(figures, out_dir / "chart.png"),
+        "chart": render_chart(figures, out_dir / "chart.png", max_p95_ms),
         "markdown": out_dir / "report.md",
         "html": out_dir / "report.html",
         "json": out_dir / "report.json",
     }
-    paths["markdown"].write_text(render_markdown(figures), encoding="utf-8")
-    paths["html"].write_text(render_html(figures), encoding="utf-8")
-    paths["json"].write_text(json.dumps([f.as_dict() for f in figures], indent=2, sort_keys=True) + "\n",
-                             encoding="utf-8")
+    paths["markdown"].write_text(render_markdown(figures, source, max_p95_ms), encoding="utf-8")
+    paths["html"].write_text(render_html(figures, source, max_p95_ms), encoding="utf-8")
+    best = recommend(figures, max_p95_ms) if max_p95_ms is not None else None
+    document = {"input": source.as_dict() if source else None, "max_p95_ms": max_p95_ms,
+                "recommended": best.policy if best else None, "policies": [f.as_dict() for f in figures]}
+    paths["json"].write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return paths

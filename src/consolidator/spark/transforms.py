@@ -1,20 +1,20 @@
 """DataFrame transforms shared by the streaming and the replay job.
 
 Every source (Spark's ``kafka`` format, the confluent-kafka Python data source, JSON lines,
-Parquet) is first brought to :data:`RECORD_SCHEMA` by :func:`records`; :func:`decode` then runs
-:func:`consolidator.events.decode` on each record, so validation is the Lambda path's own.
+Parquet) is first brought to :data:`RECORD_SCHEMA` by :func:`records`; :func:`decode` then
+decodes in the JVM what it can prove valid and hands the rest to :func:`consolidator.events.decode`,
+so results (group keys, items, poison reasons) are exactly the Lambda path's.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent
+from consolidator.events import MAX_KEY_CHARS, FieldNames, KafkaRecord, PoisonEvent
 from consolidator.events import decode as decode_record
 
 POISON_GROUP = ""  # group column of poison records: valid group keys are never empty
@@ -100,56 +100,124 @@ def read_record_files(spark: SparkSession, path: str, fmt: str = "json") -> Data
     raise ValueError(f"unsupported input format {fmt!r}: use json or parquet")
 
 
-def _decoder(names: FieldNames, max_event_bytes: int):
+# -- decode: a JVM fast path that hands everything it cannot prove valid to events.decode ------
+
+
+def fast_schema(names: FieldNames) -> T.StructType | None:
+    """The fields the fast path reads, in the order it expects them (None: names collide)."""
+    if len({names.group_key, names.item_id, names.items}) < 3 or names.sku == names.quantity:
+        return None
+    item = T.StructType([T.StructField(names.sku, T.StringType()), T.StructField(names.quantity, T.LongType())])
+    return T.StructType([T.StructField(names.group_key, T.StringType()),
+                         T.StructField(names.item_id, T.StringType()),
+                         T.StructField(names.items, T.ArrayType(item))])
+
+
+def fast_decode(value: Column, schema: T.StructType, max_event_bytes: int) -> Column:
+    """struct<ok, group_key, item_id, items>, ``ok`` only where ``events.decode`` provably gives
+    this group key, item id and items.
+
+    The proof: the value is valid UTF-8 without a backslash (no escapes), Spark's ``from_json``
+    reads it, and ``to_json`` writes back exactly the same text. Then the value is compact JSON
+    holding just these fields in this order, with string ids, an items list of objects with a
+    string sku and an integer quantity, nothing duplicated, nothing after the object: a document
+    orjson reads to the same values. Identifier lengths, empty skus and negative quantities are
+    checked as ``events.decode`` checks them. Any other value (poison, other layouts, escapes,
+    extra fields) is not proven and goes to Python."""
+    group, item, items = (f.name for f in schema.fields)
+    sku, quantity = (f.name for f in schema[items].dataType.elementType.fields)
+    text = value.cast("string")
+    size = F.octet_length(value)
+    worth_parsing = (F.when(value.isNull() | (size < 1) | (size > max_event_bytes), False)
+                     .when(~F.startswith(text, F.lit(f'{{"{group}":"')) | (F.instr(text, "\\") > 0), False)
+                     .otherwise(F.is_valid_utf8(value)))
+
+    def identifier(parsed: Column, name: str) -> Column:
+        return F.char_length(parsed[name]).between(1, MAX_KEY_CHARS)
+
+    def proven_item(x: Column) -> Column:
+        return x.isNotNull() & (F.char_length(x[sku]) > 0) & (x[quantity] >= 0)
+
+    def checked(parsed: Column) -> Column:
+        proven = ((F.to_json(parsed) == text) & identifier(parsed, group) & identifier(parsed, item)
+                  & (parsed[items].isNull() | F.forall(parsed[items], proven_item)))
+        as_json = F.concat(F.lit("["), F.array_join(F.transform(parsed[items], lambda x: F.concat(
+            F.lit('["'), x[sku], F.lit('",'), x[quantity].cast("string"), F.lit("]"))), ","), F.lit("]"))
+        return F.struct(F.coalesce(proven, F.lit(False)).alias("ok"), parsed[group].alias("group_key"),
+                        parsed[item].alias("item_id"), F.coalesce(as_json, F.lit("[]")).alias("items"))
+
+    # from_json once per record: bound to a lambda variable, Spark's JSON optimisation cannot split
+    # it into one parse per field read
+    result = F.transform(F.array(F.from_json(text, schema)), checked)[0]
+    return F.when(worth_parsing, result).otherwise(_not_proven())
+
+
+def _not_proven() -> Column:
+    return F.struct(F.lit(False).alias("ok"), *(F.lit(None).cast("string").alias(n)
+                                                for n in ("group_key", "item_id", "items")))
+
+
+_FALLBACK_TYPE = "group_key string, item_id string, items string, poison_reason string, poison_detail string"
+
+
+def _fallback(names: FieldNames, max_event_bytes: int):
+    """Arrow UDF: ``events.decode`` on the non-null values (the records the fast path left);
+    nulls elsewhere. Poison gets :data:`POISON_GROUP` and its reason and detail."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    out_schema = pa.schema([
-        ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-        ("timestamp_ms", pa.int64()), ("key", pa.binary()), ("value", pa.binary()),
-        ("group_key", pa.string()), ("item_id", pa.string()), ("items", pa.string()),
-        ("poison_reason", pa.string()), ("poison_detail", pa.string()),
-    ])
+    out_type = pa.struct([("group_key", pa.string()), ("item_id", pa.string()), ("items", pa.string()),
+                          ("poison_reason", pa.string()), ("poison_detail", pa.string())])
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            cols = batch.to_pydict()
-            groups, item_ids, items, reasons, details, values = [], [], [], [], [], []
-            for topic, partition, offset, ts, key, value in zip(
-                cols["topic"], cols["partition"], cols["offset"], cols["timestamp_ms"],
-                cols["key"], cols["value"], strict=True,
-            ):
-                try:
-                    event = decode_record(KafkaRecord(topic, partition, offset, ts, key, value),
-                                          names, max_event_bytes)
-                except PoisonEvent as poison:
-                    groups.append(POISON_GROUP)
-                    item_ids.append(None)
-                    items.append(None)
-                    reasons.append(str(poison.reason))
-                    details.append(poison.detail)
-                    values.append(value)
-                    continue
-                groups.append(event.group_key)
-                item_ids.append(event.item_id)
-                items.append(json.dumps(event.items, separators=(",", ":"), ensure_ascii=False))
-                reasons.append(None)
-                details.append(None)
-                values.append(None)
-            yield pa.RecordBatch.from_arrays(
-                [batch.column("topic"), batch.column("partition"), batch.column("offset"),
-                 batch.column("timestamp_ms"), batch.column("key"), pa.array(values, pa.binary()),
-                 pa.array(groups, pa.string()), pa.array(item_ids, pa.string()),
-                 pa.array(items, pa.string()), pa.array(reasons, pa.string()),
-                 pa.array(details, pa.string())],
-                schema=out_schema,
-            )
+    def fallback(value: pa.Array) -> pa.Array:
+        count = len(value)
+        todo = pc.indices_nonzero(pc.is_valid(value)).to_pylist()
+        if not todo:
+            return pa.nulls(count, out_type)
+        rows: list[dict | None] = [None] * count
+        for index in todo:
+            record = KafkaRecord("", 0, 0, 0, None, value[index].as_py())
+            try:
+                event = decode_record(record, names, max_event_bytes)
+            except PoisonEvent as poison:
+                rows[index] = {"group_key": POISON_GROUP, "poison_reason": str(poison.reason),
+                               "poison_detail": poison.detail}
+                continue
+            rows[index] = {"group_key": event.group_key, "item_id": event.item_id,
+                           "items": json.dumps(event.items, separators=(",", ":"), ensure_ascii=False)}
+        return pa.array(rows, out_type)
 
-    return run
+    fallback.__annotations__ = {"value": pa.Array, "return": pa.Array}  # resolved here, not as strings
+    return F.arrow_udf(fallback, _FALLBACK_TYPE)
 
 
-def decode(df: DataFrame, names: FieldNames, max_event_bytes: int) -> DataFrame:
-    """:data:`RECORD_SCHEMA` -> :data:`DECODED_SCHEMA` with the Lambda path's validation."""
-    return df.select(*RECORD_SCHEMA.fieldNames()).mapInArrow(_decoder(names, max_event_bytes), DECODED_SCHEMA)
+def decode(df: DataFrame, names: FieldNames, max_event_bytes: int, fast_path: bool = True) -> DataFrame:
+    """:data:`RECORD_SCHEMA` -> :data:`DECODED_SCHEMA` with exactly the Lambda path's results.
+
+    Spark's own functions decode every value they can prove ``events.decode`` accepts with the
+    same group key, item id and items (the fast path, see :func:`fast_decode`); every other value
+    (poison, other JSON layouts) goes to ``events.decode`` in an
+    Arrow UDF, so poison reasons and details are the Lambda path's own. ``fast_path=False``
+    decodes everything in Python."""
+    fields = RECORD_SCHEMA.fieldNames()
+    schema = fast_schema(names)
+    if fast_path and schema is not None:
+        fast = fast_decode(F.col("value"), schema, max_event_bytes)
+    else:
+        fast = _not_proven()
+    staged = df.select(*fields, fast.alias("_fast"))
+    ok = F.col("_fast.ok")
+    slow = _fallback(names, max_event_bytes)(F.when(~ok, F.coalesce(F.col("value"), F.lit(b""))))
+    staged = staged.select(*fields, "_fast", slow.alias("_slow"))
+    poison = ~ok & (F.col("_slow.group_key") == POISON_GROUP)
+    return staged.select(
+        *fields[:-1],
+        F.when(poison, F.col("value")).alias("value"),
+        F.when(ok, F.col("_fast.group_key")).otherwise(F.col("_slow.group_key")).alias("group_key"),
+        *(F.when(ok, F.col(f"_fast.{n}")).otherwise(F.col(f"_slow.{n}")).alias(n) for n in ("item_id", "items")),
+        F.col("_slow.poison_reason").alias("poison_reason"),
+        F.col("_slow.poison_detail").alias("poison_detail"),
+    )
 
 
 def parse_items(text: str) -> tuple[tuple[str, int], ...]:

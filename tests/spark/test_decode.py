@@ -1,0 +1,141 @@
+"""JVM fast-path decode: exactly ``events.decode``'s results, on poison and on near-valid values."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, decode
+
+pytestmark = pytest.mark.spark
+
+NAMES = FieldNames()
+MAX_BYTES = 4096
+SCHEMA = "topic string, partition int, offset long, timestamp long, key binary, value binary"
+
+CANONICAL = [
+    b'{"location_id":"WH-1","order_id":"A","items":[{"sku":"S","quantity":2}]}',
+    b'{"location_id":"WH-1","order_id":"B","items":[]}',
+    b'{"location_id":"WH-1","order_id":"C"}',
+    '{"location_id":"Entrepôt 7","order_id":"Ω-9","items":[{"sku":"ß😀","quantity":0},{"sku":"T","quantity":9}]}'
+    .encode(),
+    json.dumps({"location_id": "W" * 191, "order_id": "é" * 191}, ensure_ascii=False, separators=(",", ":")).encode(),
+]
+
+POISON = [
+    None, b"", b"\xff\xfe{}", b"{not json", b'{"location_id": NaN, "order_id": "A"}',
+    b'{"location_id": "W\\ud800", "order_id": "A"}', b"[" * 5000 + b"]" * 5000,
+    b'{"location_id":"W","order_id":"A","z":' + b"[" * 5000 + b"]" * 5000 + b"}",
+    b"[1, 2]", b'"text"', b'{"order_id": "A"}', b'{"location_id": "", "order_id": "A"}',
+    b'{"location_id": "W"}', b'{"location_id":"W","order_id":""}', b'{"location_id": {"a": 1}, "order_id": "A"}',
+    b'{"location_id": true, "order_id": "A"}', b'{"location_id":"W","order_id":[1]}',
+    json.dumps({"location_id": "W" * 192, "order_id": "A"}, separators=(",", ":")).encode(),
+    b'{"location_id":"W","order_id":"A","items":{"sku":"S"}}', b'{"location_id":"W","order_id":"A","items":[3]}',
+    b'{"location_id":"W","order_id":"A","items":[null]}', b'{"location_id":"W","order_id":"A","items":[{"quantity":1}]}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"","quantity":1}]}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":-1}]}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":1.5}]}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":"2"}]}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":true}]}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":100000000000000000000}]}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":1}]}trailing',
+    b"{'location_id':'W','order_id':'A'}", b'\xef\xbb\xbf{"location_id":"W","order_id":"A"}',
+    b'{"location_id":"W\xed\xa0\x80","order_id":"A"}', b'{"location_id":"W\xc0\x80","order_id":"A"}',
+    b'{"location_id":"W","order_id":"A","pad":"' + b"x" * MAX_BYTES + b'"}',
+]
+
+# Valid for events.decode but not in the fast path's layout: decoded in Python, same results.
+UNUSUAL = [
+    b'{"location_id":"W","location_id":"V","order_id":"A"}', b'{"location_id":-0,"order_id":"A"}',
+    b'{"location_id":"W","order_id":17}', b'{"order_id":"A","location_id":"W"}',
+    b'{"location_id": "W", "order_id": "A", "items": [{"sku": "S", "quantity": 1}]}',
+    b'{"location_id":"W\\u00e9","order_id":"A"}', b'{"location_id":"W","order_id":"A","items":null}',
+    b'{"location_id":"W","order_id":"A","note":"x"}', b'{"location_id":"W","order_id":"A"}\n',
+    b'{"location_id":"W","order_id":"A","items":[{"quantity":1,"sku":"S"}]}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":1,"sku":"T"}]}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":1,"price":2}]}',
+    b'{"LOCATION_ID":"X","location_id":"W","order_id":"A"}',
+]
+
+
+def expected(value: bytes | None) -> tuple:
+    """What the Lambda path makes of ``value``: (group, item id, items JSON, reason, detail)."""
+    try:
+        event = decode(KafkaRecord("t", 0, 0, 0, None, value), NAMES, MAX_BYTES)
+    except PoisonEvent as poison:
+        return ("", None, None, str(poison.reason), poison.detail)
+    return (event.group_key, event.item_id, json.dumps(event.items, separators=(",", ":"), ensure_ascii=False),
+            None, None)
+
+
+def near_valid(rng: random.Random) -> bytes:
+    """A canonical value with one or two small corruptions (bytes, tokens, layout)."""
+    value = rng.choice(CANONICAL)
+    for _ in range(rng.choice((1, 1, 2))):
+        kind = rng.randrange(8)
+        at = rng.randrange(len(value) + 1)
+        if kind == 0:  # delete a byte
+            value = value[:at] + value[at + 1:]
+        elif kind == 1:  # insert a syntax byte
+            value = value[:at] + bytes([rng.choice(b' \n"\\,:[]{}-0.e\x00\x7f')]) + value[at:]
+        elif kind == 2:  # replace a byte with anything
+            value = value[:at] + bytes([rng.randrange(256)]) + value[at + 1:]
+        elif kind == 3:  # swap a token for another of a different type
+            old, new = rng.choice([(b'"S"', b"5"), (b"2", b"-2"), (b"2", b"2.0"), (b"2", b'"2"'), (b'"A"', b"7"),
+                                   (b'"A"', b"-0"), (b'"WH-1"', b"null"), (b'"WH-1"', b'""'), (b"[]", b"null"),
+                                   (b"2", b"99999999999999999999"), (b'"A"', b"true"), (b":", b" : ")])
+            value = value.replace(old, new, 1)
+        elif kind == 4:  # duplicate a member
+            value = value.replace(b'"order_id":"A"', b'"order_id":"A","order_id":"Z"', 1)
+        elif kind == 5:  # escape a character
+            value = value.replace(b"W", b"\\u0057", 1)
+        elif kind == 6:  # rename a key
+            value = value.replace(rng.choice([b'"sku"', b'"quantity"', b'"items"', b'"order_id"']), b'"x"', 1)
+        else:  # trailing or leading bytes
+            value = rng.choice([b" ", b"", b"\xef\xbb\xbf"]) + value + rng.choice([b"", b" ", b"}", b"x"])
+    return value
+
+
+def run_decode(spark, values, fast_path=True):
+    from consolidator.spark.transforms import decode as spark_decode
+    from consolidator.spark.transforms import records
+
+    frame = records(spark.createDataFrame([("t", 0, i, 0, None, v) for i, v in enumerate(values)], SCHEMA))
+    rows = spark_decode(frame, NAMES, MAX_BYTES, fast_path=fast_path).orderBy("offset").collect()
+    return [(r["group_key"], r["item_id"], r["items"], r["poison_reason"], r["poison_detail"]) for r in rows], [
+        r["value"] for r in rows]
+
+
+def proven(spark, values) -> list[bool]:
+    from consolidator.spark.transforms import fast_decode, fast_schema
+
+    frame = spark.createDataFrame([(v,) for v in values], "value binary")
+    return [r["f"]["ok"] for r in frame.select(
+        fast_decode(frame["value"], fast_schema(NAMES), MAX_BYTES).alias("f")).collect()]
+
+
+def test_poison_and_unusual_values_get_the_lambda_paths_results(spark):
+    values = CANONICAL + POISON + UNUSUAL
+    got, kept = run_decode(spark, values)
+    assert got == [expected(v) for v in values]
+    assert kept == [v if expected(v)[3] else None for v in values]  # poison keeps its bytes
+    assert proven(spark, values) == [True] * len(CANONICAL) + [False] * (len(POISON) + len(UNUSUAL))
+
+
+def test_near_valid_values_decode_exactly_as_events_decode(spark):
+    rng = random.Random(14)
+    values = [near_valid(rng) for _ in range(3000)]
+    got, _ = run_decode(spark, values)
+    wrong = [(v, g, expected(v)) for v, g in zip(values, got, strict=True) if g != expected(v)]
+    assert not wrong, wrong[:5]
+    ok = proven(spark, values)
+    # both paths are exercised: the corruptions keep some values valid and canonical
+    assert 100 < sum(ok) < len(values) - 100
+    assert all(expected(v)[3] is None for v, o in zip(values, ok, strict=True) if o)
+
+
+def test_python_only_decode_agrees(spark):
+    values = CANONICAL + POISON[:6]
+    assert run_decode(spark, values, fast_path=False)[0] == [expected(v) for v in values]
