@@ -36,7 +36,8 @@ limits = st.fixed_dictionaries({g: st.none() | st.builds(RateLimit, st.integers(
 @given(history=events, group_limits=limits)
 def test_rate_ttl_and_invariants_hold_over_random_histories(store, clock, tmp_path, history, group_limits):
     with store.transaction() as cur:  # one database for all examples: start each one empty
-        for table in ("buffer_rows", "ingested_positions", "batches", "group_rate_state", "group_rate_limits"):
+        for table in ("buffer_rows", "partition_offsets", "applied_positions", "batches", "group_rate_state",
+                      "group_rate_limits"):
             cur.execute(f"DELETE FROM {table}")
     name = f"{len(list(tmp_path.iterdir()))}"
     sink = RecordingSink(tmp_path / f"out-{name}.jsonl")

@@ -143,12 +143,18 @@ def _is_clean_order(r: dict) -> bool:
                     and i["quantity"] >= 0 for i in items))
 
 
-def _stored_keys(store) -> set[bytes]:
-    return {bytes(r["pos_key"]) for r in sql(store, "SELECT pos_key FROM ingested_positions")}
+def _marks(store) -> dict[tuple[str, int], int]:
+    """Each partition's high-water offset: at or below it, a record is durable (stored or dead-lettered)."""
+    return {(r["src_topic"], r["src_partition"]): r["high_water"]
+            for r in sql(store, "SELECT src_topic, src_partition, high_water FROM partition_offsets")}
+
+
+def _applied(marks: dict[tuple[str, int], int], position: SourcePosition) -> bool:
+    return position.offset <= marks.get((position.topic, position.partition), -1)
 
 
 def _reset(store, path) -> None:
-    for table in ("buffer_rows", "ingested_positions", "batches"):
+    for table in ("buffer_rows", "partition_offsets", "applied_positions", "batches"):
         sql(store, f"DELETE FROM {table}")
     if path.is_file():
         path.unlink()
@@ -180,15 +186,15 @@ def test_every_record_ends_stored_or_dead_lettered_and_nothing_escapes(event, mo
     entries = [json.loads(line) for line in dead_letter.read_text().splitlines()] if dead_letter.exists() else []
     assert all(e["reason"] in REASONS and e["kind"] == "poison" for e in entries)
     dead = {SourcePosition(**e["source"]) for e in entries if e["source"] is not None}
-    stored = _stored_keys(store)
+    marks = _marks(store)
     positions, unidentified = _pieces(event)
     for position in positions:
-        assert position.sort_key() in stored or position in dead, position
+        assert _applied(marks, position), position  # stored or dead-lettered: the mark covers it
     assert sum(e["source"] is None for e in entries) == unidentified
     clean = [p for p, r in _identified_records(event) if _is_clean_order(r)]
     for position in clean:
         if positions.count(position) == 1:
-            assert position.sort_key() in stored, position
+            assert _applied(marks, position) and position not in dead, position
 
 
 @SETTINGS
@@ -207,19 +213,21 @@ def test_with_the_dead_letter_down_poison_is_reported_failed_and_only_unidentifi
     if unidentified:
         with pytest.raises(DeliveryError):
             module.handler(event, LocalLambdaContext())
-        assert _stored_keys(store) == set()  # raised before anything was stored
+        assert _marks(store) == {}  # raised before anything was stored
+        assert sql(store, "SELECT COUNT(*) AS n FROM buffer_rows") == [{"n": 0}]
         return
     response = module.handler(event, LocalLambdaContext())
     failed = {SourcePosition(*f["itemIdentifier"]["partition"].rsplit("-", 1), f["itemIdentifier"]["offset"])
               for f in response["batchItemFailures"]}
     failed = {SourcePosition(p.topic, int(p.partition), p.offset) for p in failed}
-    stored = _stored_keys(store)
+    marks = _marks(store)
     for position in positions:
-        assert position.sort_key() in stored or position in failed, position
+        assert _applied(marks, position) or position in failed, position
     assert failed <= set(positions)
     for position in [p for p, r in _identified_records(event) if _is_clean_order(r)]:
-        if positions.count(position) == 1:
-            assert position.sort_key() in stored and position not in failed, position
+        if positions.count(position) == 1 and not any(f.topic == position.topic and f.partition == position.partition
+                                                      and f.offset < position.offset for f in failed):
+            assert _applied(marks, position) and position not in failed, position
 
 
 def _identified_records(event: object) -> list[tuple[SourcePosition, dict]]:

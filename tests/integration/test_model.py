@@ -242,12 +242,15 @@ class Pipeline(RuleBasedStateMachine):
         self.store: MySQLStore = _shared["store"]
         directory: Path = _shared["directory"]
         with self.store.transaction() as cur:
+            cur.execute("SHOW TABLES")
+            tables = [next(iter(row.values())) for row in cur.fetchall()]
             if _shared.pop("partitions_changed", False):  # back to the layout of a migration at T0
-                for table in ("buffer_rows", "ingested_positions", "batches", "schema_migrations"):
+                for table in tables:
                     cur.execute(f"DROP TABLE IF EXISTS {table}")
             else:
-                for table in ("buffer_rows", "ingested_positions", "batches"):
-                    cur.execute(f"DELETE FROM {table}")
+                for table in tables:
+                    if table != "schema_migrations":
+                        cur.execute(f"DELETE FROM {table}")
         self.store.migrate(T0)  # a no-op when the tables are there
         self.sink_path = directory / "batches.jsonl"
         self.dead_letter_path = directory / "dead-letter.jsonl"
@@ -319,13 +322,8 @@ class Pipeline(RuleBasedStateMachine):
             low, high = bounds[name]
             assert high is not None and high <= keep_from, name  # expired only
             assert not any((low is None or b >= low) and b < high for b in unsent), name  # nothing unsent
-            # The ledger went with it: a replay of those records would be ingested again (a new
-            # batch id when batched with other rows, or a claim that collides with the old batch
-            # id and blocks the group). Replay protection lasts as long as the retention; the
-            # model assumes Kafka's retention is shorter, so they are never delivered again.
-            self.sent_records = [(r, v) for r, v in self.sent_records
-                                 if not ((low is None or bucket_of(r.timestamp_ms) >= low)
-                                         and bucket_of(r.timestamp_ms) < high)]
+            # Replay protection is one high-water offset per partition, which no drop removes:
+            # records of a dropped month may still be replayed, and stay no-ops.
         for refused in report.refused:
             low, high = bounds[refused.partition]
             assert any((low is None or b >= low) and b < high for b in unsent), refused
