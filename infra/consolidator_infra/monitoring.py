@@ -219,7 +219,13 @@ class Monitoring(Construct):
             threshold=config.cache_memory_percent, periods=2,
             what="The cache is nearly full: the lock key may be evicted or refused.",
         )
-        self.dashboard = self._dashboard(environment, targets, policy)
+        self._dashboard_inputs = (environment, targets, policy)
+
+    def add_dashboard(self) -> cw.Dashboard:
+        """The dashboard, its alarm-status widget listing every alarm made so far: call it once
+        the stack's other constructs (completion tracking) have added theirs."""
+        self.dashboard = self._dashboard(*self._dashboard_inputs)
+        return self.dashboard
 
     def runbook_url(self, name: str) -> str:
         return f"{self.config.runbook_base_url}#{name.lower()}"

@@ -141,6 +141,7 @@ class ConsolidatorStack(Stack):
         )
         self.completion = self._completion() if config.completion else None
         self.spark = self._spark() if config.spark else None
+        self.monitoring.add_dashboard()  # after every construct that adds alarms
         suppress_findings(self)
 
     def _completion(self) -> CompletionTracking:
