@@ -161,6 +161,10 @@ def stream(
     rate_limit_batches: RateBatchesOpt = 0,
     rate_limit_period_seconds: RatePeriodOpt = 60.0,
     event_ttl_seconds: TtlOpt = 21_600.0,
+    completion_database_url: Annotated[str | None, typer.Option(
+        "--completion-database-url", envvar="CONSOLIDATOR_COMPLETION_DATABASE_URL",
+        help="Completion tracking: seal every batch in this database (mysql://...) before it is "
+             "published, so the acks function tracks Spark-built batches too.")] = None,
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
     from consolidator.spark.session import build_session, log_progress
@@ -168,6 +172,8 @@ def stream(
 
     _url(sink_url, ("kafka", "sqs", "events", "file"), "--sink-url")
     _url(dead_letter_url, ("sqs", "file"), "--dead-letter-url")
+    if completion_database_url is not None:
+        _url(completion_database_url, ("mysql",), "--completion-database-url")
     max_batch_bytes = _batch_cap(sink_url, max_batch_bytes)
     config = StreamConfig(
         bootstrap_servers=bootstrap_servers, topic=topic, sink_url=sink_url, dead_letter_url=dead_letter_url,
@@ -179,11 +185,12 @@ def stream(
         names=FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field),
         max_event_bytes=max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
+        tracking_database_url=completion_database_url,
     )
     spark = build_session("consolidator-stream", master=master)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     log_progress(spark)  # one line per micro-batch on stderr
-    writer = BatchWriter(sink_url, dead_letter_url)
+    writer = BatchWriter(sink_url, dead_letter_url, tracking_database_url=completion_database_url)
     query = start(spark, config, writer=writer)
     typer.echo(f"streaming {topic} -> {sink_url} (checkpoint {checkpoint}); Ctrl-C to stop", err=True)
     try:

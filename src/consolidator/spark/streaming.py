@@ -78,8 +78,9 @@ def _processor_class():
         trip between the Python worker and the JVM, so their number, not their size, is what
         costs (see docs/spark.md, "Throughput")."""
 
-        def __init__(self, policy: Policy) -> None:
+        def __init__(self, policy: Policy, tracked: bool = False) -> None:
             self.policy = policy
+            self.tracked = tracked  # completion tracking: messages list each member's item id
 
         def init(self, handle) -> None:
             self.handle = handle
@@ -124,7 +125,7 @@ def _processor_class():
                 out.append((EXPIRED, buffer.group_key, None, "expired", json.dumps(entry, sort_keys=True)))
             for claim in plan.claims:
                 message = build_message(buffer.group_key, claim.rows, claim.reason, flushed_at_ms=now_ms,
-                                        held_back_ms=claim.held_back_ms)
+                                        tracked=self.tracked, held_back_ms=claim.held_back_ms)
                 out.append((BATCH, buffer.group_key, message["batch_id"], str(claim.reason),
                             encode(message).decode()))
             return out
@@ -184,13 +185,14 @@ def _dead_letters(frame, now_ms: int) -> list[tuple]:
     return out
 
 
-def aggregate(records_df, policy: Policy, names: FieldNames = DEFAULT_NAMES, max_event_bytes: int = 262_144):
+def aggregate(records_df, policy: Policy, names: FieldNames = DEFAULT_NAMES, max_event_bytes: int = 262_144,
+              tracked: bool = False):
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`, streaming) -> batches and
-    dead letters (:data:`OUTPUT_SCHEMA`)."""
+    dead letters (:data:`OUTPUT_SCHEMA`); ``tracked``: batch messages for completion tracking."""
     from consolidator.spark.transforms import decode
 
     return decode(records_df, names, max_event_bytes).groupBy("group_key").transformWithStateInPandas(
-        statefulProcessor=_processor_class()(policy), outputStructType=OUTPUT_SCHEMA,
+        statefulProcessor=_processor_class()(policy, tracked), outputStructType=OUTPUT_SCHEMA,
         outputMode="Append", timeMode="ProcessingTime")
 
 
@@ -206,11 +208,14 @@ def _open(kind: str, url: str, opener: Callable):
 
 
 def deliver_partition(rows: Iterable, *, sink_url: str, dead_letter_url: str, epoch_id: int,
-                      sink_opener: Callable | None = None, chunk: int = 500) -> None:
+                      sink_opener: Callable | None = None, chunk: int = 500,
+                      tracking_database_url: str | None = None) -> None:
     """Publish one partition of a micro-batch's output from the executor holding it: batches to
     the sink, dead letters to the dead-letter destination, ``chunk`` at a time. Raises
     :class:`DeliveryError` unless every write is confirmed, which fails the task (Spark retries
-    it, then fails the micro-batch; the same rows, with the same batch ids, go out again)."""
+    it, then fails the micro-batch; the same rows, with the same batch ids, go out again).
+    With ``tracking_database_url`` every batch is sealed there (completion tracking, the Lambda
+    path's trackers) before it is published, so an ack never finds its batch unknown."""
     from consolidator.deadletter import dead_letter_from_url
     from consolidator.sinks import OutgoingBatch, sink_from_url
 
@@ -218,6 +223,8 @@ def deliver_partition(rows: Iterable, *, sink_url: str, dead_letter_url: str, ep
     dead: list[dict] = []
 
     def send_batches() -> None:
+        if tracking_database_url:
+            _seal(tracking_database_url, batches, epoch_id)
         failures = _open("sink", sink_url, sink_opener or sink_from_url).publish(batches)
         if failures:
             raise DeliveryError(f"micro-batch {epoch_id}: {len(failures)} of {len(batches)} batches not "
@@ -246,6 +253,19 @@ def deliver_partition(rows: Iterable, *, sink_url: str, dead_letter_url: str, ep
         send_batches()
 
 
+def _seal(database_url: str, batches: list, epoch_id: int) -> None:
+    from consolidator.clock import SystemClock
+    from consolidator.errors import StoreError, StoreUnavailable
+    from consolidator.store import open_store
+    from consolidator.store.completion import SealedBatch
+
+    store = _open("trackers", database_url, open_store)
+    try:
+        store.seal([SealedBatch.of_message(json.loads(b.body)) for b in batches], SystemClock().now_ms())
+    except (StoreError, StoreUnavailable) as error:
+        raise DeliveryError(f"micro-batch {epoch_id}: batches not sealed for completion tracking: {error}") from error
+
+
 @dataclass
 class BatchWriter:
     """``foreachBatch`` sink: batches to ``sink_url`` (any :func:`consolidator.sinks.sink_from_url`
@@ -258,11 +278,12 @@ class BatchWriter:
     sink_url: str
     dead_letter_url: str
     sink_opener: Callable | None = None
+    tracking_database_url: str | None = None  # completion tracking: seal each batch there first
 
     def __call__(self, df, epoch_id: int) -> None:
         df.foreachPartition(functools.partial(
             deliver_partition, sink_url=self.sink_url, dead_letter_url=self.dead_letter_url,
-            epoch_id=epoch_id, sink_opener=self.sink_opener))
+            epoch_id=epoch_id, sink_opener=self.sink_opener, tracking_database_url=self.tracking_database_url))
 
     def close(self) -> None:
         """Release the destinations this process opened (the driver's, in local runs)."""
@@ -292,6 +313,7 @@ class StreamConfig:
     max_offsets_per_trigger: int | None = None
     source: str = "auto"  # auto | spark | python (see consolidator.spark.source.kafka_format)
     kafka_options: tuple[tuple[str, str], ...] = ()
+    tracking_database_url: str | None = None  # completion tracking on: the trackers' database
 
 
 def start(spark, config: StreamConfig, writer=None):
@@ -304,9 +326,11 @@ def start(spark, config: StreamConfig, writer=None):
         options["maxOffsetsPerTrigger"] = str(config.max_offsets_per_trigger)
     source = kafka_reader(spark, config.bootstrap_servers, config.topic, streaming=True,
                           prefer=config.source, options=options).load()
-    output = aggregate(records(source), config.policy, config.names, config.max_event_bytes)
+    output = aggregate(records(source), config.policy, config.names, config.max_event_bytes,
+                       tracked=config.tracking_database_url is not None)
     return (output.writeStream.queryName("consolidator-aggregator")
-            .foreachBatch(writer or BatchWriter(config.sink_url, config.dead_letter_url))
+            .foreachBatch(writer or BatchWriter(config.sink_url, config.dead_letter_url,
+                                                tracking_database_url=config.tracking_database_url))
             .option("checkpointLocation", config.checkpoint)
             .trigger(processingTime=f"{config.trigger_ms} milliseconds")
             .start())
