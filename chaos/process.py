@@ -25,18 +25,23 @@ class Worker:
         self.pauses = 0
         self._killed = False
 
-    def start(self, timeout_s: float = 60.0) -> None:
-        self._killed = False
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "chaos.workers", self.kind, str(self.repo)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self.env, cwd=self.repo,
-            )
-        ready = self._read_line(timeout_s)
-        if ready is None:
-            self.kill()
-            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
-            raise RuntimeError(f"{self.kind} worker did not start:\n{tail}")
+    def start(self, timeout_s: float = 60.0, attempts: int = 5) -> None:
+        """Start the worker and wait for its ready line; a start cut short by our own SIGKILL
+        (a fault injector firing while the container boots) is simply tried again."""
+        for _ in range(attempts):
+            self._killed = False
+            with self.log.open("ab") as log:
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "chaos.workers", self.kind, str(self.repo)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self.env, cwd=self.repo,
+                )
+            if self._read_line(timeout_s) is not None:
+                return
+            if not self._killed:
+                break
+        self.kill()
+        tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
+        raise RuntimeError(f"{self.kind} worker did not start:\n{tail}")
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

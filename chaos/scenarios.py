@@ -55,13 +55,13 @@ class Scenario:
 
 SCENARIOS = {s.name: s for s in (
     Scenario("ingest-kill", ingest_kill_p=0.35),
-    Scenario("flush-kill", flush_kill_every=(1.0, 3.0), crash_after_publish_p=0.15),
-    Scenario("db-kill", db_kill_every=(2.0, 4.0)),
-    Scenario("lockless-flushers", lockless_flushers=3, pause_past_ttl_every=(1.0, 2.5)),
-    Scenario("redis-kill", redis_kill_every=(1.0, 2.5)),
+    Scenario("flush-kill", flush_kill_every=(0.3, 1.0), crash_after_publish_p=0.15),
+    Scenario("db-kill", db_kill_every=(0.8, 2.0)),
+    Scenario("lockless-flushers", lockless_flushers=3, pause_past_ttl_every=(0.4, 1.2)),
+    Scenario("redis-kill", redis_kill_every=(0.4, 1.2)),
     Scenario("sink-outage", sink_outage_s=3.0),
-    Scenario("rate-limit", rate_limit=(2, 1.0), lockless_flushers=2, flush_kill_every=(1.5, 4.0)),
-    Scenario("completion-acks", completion=True, acker_kill_p=0.15, flush_kill_every=(2.0, 5.0)),
+    Scenario("rate-limit", rate_limit=(2, 1.0), lockless_flushers=2, flush_kill_every=(0.5, 1.5)),
+    Scenario("completion-acks", completion=True, acker_kill_p=0.2, flush_kill_every=(0.8, 2.0)),
 )}
 
 
@@ -135,9 +135,12 @@ class Run:
     # -- the moving parts ----------------------------------------------------------------------
 
     def flusher(self, worker: Worker) -> None:
-        while not self.stop.is_set():
-            if worker.invoke({"timeout_ms": int(FLUSH_TIMEOUT_S * 1000)}, timeout_s=FLUSH_TIMEOUT_S + 20) is None:
-                time.sleep(0.05)  # a lost invocation: the next scheduled one starts a new container
+        try:
+            while not self.stop.is_set():
+                if worker.invoke({"timeout_ms": int(FLUSH_TIMEOUT_S * 1000)}, timeout_s=FLUSH_TIMEOUT_S + 20) is None:
+                    time.sleep(0.05)  # a lost invocation: the next scheduled one starts a new container
+        except RuntimeError as exc:  # a worker that cannot start: the run must say so, not go on quietly
+            self.errors.append(f"flusher: {exc}")
 
     def every(self, interval: tuple[float, float], action) -> threading.Thread:
         def loop() -> None:

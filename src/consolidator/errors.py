@@ -13,6 +13,11 @@ class StoreError(ConsolidatorError):
     """A statement failed (bad data, constraint, deadlock). Other records may still succeed."""
 
 
+class StoreConflict(StoreError):
+    """The server rolled the transaction back to break a deadlock or a lock wait; running the
+    same transaction again may well succeed."""
+
+
 class StoreUnavailable(ConsolidatorError):
     """The database cannot be reached; nothing was written by the failing call.
     Not a :class:`StoreError`: retrying other records against a missing server is pointless."""

@@ -14,7 +14,8 @@ from moto import mock_aws
 from support import T0, record, sql
 
 from consolidator.deadletter import FileDeadLetter, SqsDeadLetter
-from consolidator.events import FieldNames, PoisonReason
+from consolidator.errors import StoreConflict
+from consolidator.events import FieldNames, PoisonReason, decode
 from consolidator.msk import event_from_records
 from consolidator.policy import FlushReason
 from consolidator.services.ingest import IngestService
@@ -247,3 +248,30 @@ def test_partial_failure_fails_the_failing_record_and_the_rest_of_its_partition(
     outcome = service.ingest(records)
     assert (outcome.failed, outcome.stored, outcome.replayed) == ([], 6, 9)
     assert sorted(r["src_offset"] for r in sql(store, ALL_ROWS)) == list(range(15))
+
+
+class DeadlockingOnce(MySQLStore):
+    """The real store whose ingest transaction the server rolls back ``conflicts`` times first,
+    as InnoDB does to break a deadlock with a concurrent claim."""
+
+    def __init__(self, params, conflicts: int):
+        super().__init__(params)
+        self.conflicts = conflicts
+
+    def _ingest_once(self, *args):
+        if self.conflicts:
+            self.conflicts -= 1
+            raise StoreConflict("database conflict, rolled back: (1213, 'Deadlock found')")
+        return super()._ingest_once(*args)
+
+
+def test_an_ingest_rolled_back_by_a_deadlock_runs_again(store, clock):
+    events = [decode(record(offset, order=f"O{offset}"), FieldNames(), 1024) for offset in range(3)]
+    retrying = DeadlockingOnce(store.params, conflicts=2)
+    assert retrying.ingest(events, clock.now_ms()).stored == 3
+    stubborn = DeadlockingOnce(store.params, conflicts=3)
+    with pytest.raises(StoreConflict):
+        stubborn.ingest([decode(record(9, order="O9"), FieldNames(), 1024)], clock.now_ms())
+    assert sql(store, "SELECT COUNT(*) AS n FROM buffer_rows") == [{"n": 3}]
+    retrying.close()
+    stubborn.close()

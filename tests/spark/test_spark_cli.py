@@ -77,7 +77,7 @@ def test_replay_grid_of_rate_limits_and_ttls(spark, tmp_path):
                                        "--debounce-ms", "60000", "--max-batch-size", "2",
                                        "--rate-limit", "none,1/60", "--event-ttl-seconds", "0,90"])
     assert result.exit_code == 0, result.output
-    report = {r["policy"]: r for r in json.loads((out / "report" / "report.json").read_text())}
+    report = {r["policy"]: r for r in json.loads((out / "report" / "report.json").read_text())["policies"]}
     assert sorted(report) == ["d60s-h1800s-n2-t30s", "d60s-h1800s-n2-t30s-r1per60s",
                               "d60s-h1800s-n2-t30s-r1per60s-ttl90s", "d60s-h1800s-n2-t30s-ttl90s"]
     assert report["d60s-h1800s-n2-t30s"]["held_back_batches"] == 0

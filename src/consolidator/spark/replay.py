@@ -158,7 +158,7 @@ def simulate_group_fast(group_key: str, events: Sequence[BufferedEvent], policy:
     ``next_tick_ms`` on the same :class:`GroupStats`); ``tests/unit/test_simulation.py`` checks the
     equality on random histories."""
     ordered = sorted(events, key=_arrival)
-    rows: dict[tuple[int, str], list] = {}  # (bucket, item) -> [position, item, items, first, last, merged]
+    rows: dict[tuple[int, str], list] = {}  # (bucket, item) -> [position, item, items, first, last, merged, record ts]
     seen: set[SourcePosition] = set()
     batches: list[ReplayBatch] = []
     replayed = index = oldest = newest = 0
@@ -180,11 +180,11 @@ def simulate_group_fast(group_key: str, events: Sequence[BufferedEvent], policy:
             if row is None:
                 if not rows:
                     oldest = newest = now
-                rows[key] = [position, event.item_id, event.items, now, now, 1]
+                rows[key] = [position, event.item_id, event.items, now, now, 1, now]
                 oldest, newest = min(oldest, now), max(newest, now)
             else:
                 if position > row[0]:
-                    row[0], row[2] = position, event.items
+                    row[0], row[2], row[6] = position, event.items, now
                 row[4] = max(row[4], now)
                 row[5] += 1
                 newest = max(newest, now)

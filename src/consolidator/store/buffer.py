@@ -16,10 +16,13 @@ from dataclasses import dataclass
 
 import orjson
 
+from consolidator.errors import StoreConflict
 from consolidator.events import Event, SourcePosition, bucket_of
 from consolidator.policy import GroupStats
 from consolidator.store.connection import Connection, _multi_row, _string_escaper
 from consolidator.store.offsets import advance_marks, lock_marks, record_applied
+
+CONFLICT_ATTEMPTS = 3  # an ingest rolled back by a deadlock runs again, at most this often
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,16 @@ class BufferStore(Connection):
         the marks. Callers pass each partition's records in offset order."""
         if not events and not settled:
             return IngestCounts()
+        attempt = 1
+        while True:
+            try:
+                return self._ingest_once(events, now_ms, settled)
+            except StoreConflict:  # a deadlock with a concurrent claim: nothing was written
+                if attempt == CONFLICT_ATTEMPTS:
+                    raise
+                attempt += 1
+
+    def _ingest_once(self, events: Sequence[Event], now_ms: int, settled: Sequence[SourcePosition]) -> IngestCounts:
         with self.transaction() as cur:
             marks = lock_marks(cur, {(e.position.topic, e.position.partition) for e in events}
                                | {(p.topic, p.partition) for p in settled})

@@ -24,13 +24,14 @@ import pymysql.cursors
 from pymysql.constants import SERVER_STATUS
 from pymysql.converters import escape_string
 
-from consolidator.errors import StoreError, StoreRefused, StoreUnavailable
+from consolidator.errors import StoreConflict, StoreError, StoreRefused, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 # Client error codes meaning "the server is not there" rather than "this statement is wrong".
 _UNAVAILABLE_CODES = {1040, 1049, 1053, 2002, 2003, 2005, 2006, 2013, 2055}
 ACCESS_DENIED = 1045  # wrong user or password: not an outage (see Connection._open)
+_CONFLICT_CODES = {1205, 1213}  # lock wait timeout, deadlock: the transaction was rolled back
 SSL_NOT_OFFERED = 2026  # CR_SSL_CONNECTION_ERROR: TLS required, the server does not offer it
 RDS_CA_BUNDLE = Path(__file__).with_name("certs") / "rds-ca-bundle.pem"
 
@@ -197,6 +198,8 @@ class Connection:
             if isinstance(exc, pymysql.err.InterfaceError) or code in _UNAVAILABLE_CODES:
                 self.close()
                 raise StoreUnavailable(f"database unavailable: {exc}") from exc
+            if code in _CONFLICT_CODES:
+                raise StoreConflict(f"database conflict, rolled back: {exc}") from exc
             raise StoreError(f"database error: {exc}") from exc
         except OSError as exc:
             self.close()
