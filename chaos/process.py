@@ -24,10 +24,12 @@ class Worker:
         self.crashes = 0  # died on its own: a raised error, or a fault hook's SIGKILL
         self.pauses = 0
         self._killed = False
+        self.ready = False  # started and answering: a fault injector may hit it now
 
     def start(self, timeout_s: float = 60.0, attempts: int = 5) -> None:
         """Start the worker and wait for its ready line; a start cut short by our own SIGKILL
         (a fault injector firing while the container boots) is simply tried again."""
+        self.ready = False
         for _ in range(attempts):
             self._killed = False
             with self.log.open("ab") as log:
@@ -36,6 +38,7 @@ class Worker:
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self.env, cwd=self.repo,
                 )
             if self._read_line(timeout_s) is not None:
+                self.ready = True
                 return
             if not self._killed:
                 break

@@ -198,8 +198,10 @@ class Run:
         injectors = []
         if self.s.flush_kill_every:
             def kill_flusher() -> None:
-                self.rng.choice(flushers).kill()
-                self.count("flusher SIGKILL")
+                ready = [w for w in flushers if w.ready and w.alive()]  # not one still booting
+                if ready:
+                    self.rng.choice(ready).kill()
+                    self.count("flusher SIGKILL")
             injectors.append(self.every(self.s.flush_kill_every, kill_flusher))
         if self.s.pause_past_ttl_every:
             def pause_flusher() -> None:
