@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 
@@ -41,3 +42,22 @@ def store(database_url: str, clock: ManualClock) -> Iterator[MySQLStore]:
     s.migrate(clock.now_ms())
     yield s
     s.close()
+
+
+@pytest.fixture(autouse=True)
+def _restore_loggers() -> Iterator[None]:
+    """Loading a Lambda handler inside a test copies Powertools' handler, bound to that test's
+    captured stdout, onto the project's module loggers (``consolidator.*``); put those back
+    afterwards so a later test does not log into a closed stream. Powertools' own service
+    loggers (``consolidator-flush`` ...) keep their state."""
+    def ours() -> list[logging.Logger]:
+        return [lg for name, lg in logging.root.manager.loggerDict.items()
+                if isinstance(lg, logging.Logger) and (name == "consolidator" or name.startswith("consolidator."))]
+
+    saved = {logger.name: (list(logger.handlers), logger.level, logger.propagate) for logger in ours()}
+    yield
+    for logger in ours():
+        handlers, level, propagate = saved.get(logger.name, ([], logging.NOTSET, True))
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
