@@ -197,5 +197,6 @@ def test_a_sink_failure_in_one_partition_fails_the_micro_batch_and_the_restart_r
     finally:
         query.stop()
         writer.close()
-    published = sorted(json.loads(m.value())["batch_id"] for m in kafka.consume_all(out_topic))
-    assert published == sorted(first + expected)  # every id once more, under the same ids
+    published = [json.loads(m.value())["batch_id"] for m in kafka.consume_all(out_topic)]
+    again = published[len(first):]  # what the restart published (a retried task may send twice)
+    assert set(published) == set(expected) and set(again) == set(expected), "same ids, every one again"
