@@ -7,9 +7,11 @@ Guarantees (docs/semantics.md section 8, completion tracking):
   (``AcksRefused``); the members of the same ack that are known are still applied;
 - acks count whatever the batch's publish state (a fast consumer may ack before the flusher
   marked the batch SENT): only the seal matters;
-- the ack that completes a batch publishes its completion message once; if that publish
-  fails or the process dies first, :meth:`AckService.sweep` re-publishes it after the lease,
-  with the same ``completion_id`` and bytes (at least once across crashes).
+- the ack that completes a batch publishes its completion message once, inside its own
+  transaction (the tracker locked), and stores it PUBLISHED with the acks; if that publish
+  fails, :meth:`AckService.sweep` re-publishes it after the lease; if the process dies before
+  the commit, nothing was stored and the re-delivered ack publishes again. Either way with the
+  same ``completion_id`` and bytes (at least once across crashes).
 """
 
 from __future__ import annotations
@@ -53,33 +55,43 @@ class AckService:
     lease_ms: int = 60_000  # a pending completion is re-published when its last attempt is this old
 
     def ack(self, acks: Sequence[Ack]) -> list[AckResult]:
-        """Apply ``acks`` (one transaction), publish the completions they caused. One result
-        per ack, in order. Raises :class:`StoreUnavailable` when the database is down."""
+        """Apply ``acks`` (one transaction) and publish the completions they cause inside it.
+        One result per ack, in order. Raises :class:`StoreUnavailable` when the database is down."""
         if not acks:
             return []
         try:
-            results = self.store.apply_acks(acks, self.clock.now_ms())
+            results = self.store.apply_acks(acks, self.clock.now_ms(), self._publish_completions)
         except StoreError as error:
             if len(acks) == 1:
                 raise
             log.warning("ack transaction failed; applying acks one by one", extra={"error": str(error)})
             results = [self._one(ack) for ack in acks]
-        for result in results:
-            self.metrics.add_metric(name="AcksApplied", unit="Count", value=result.newly_acked)
-            if result.duplicates:
-                self.metrics.add_metric(name="AcksDuplicate", unit="Count", value=result.duplicates)
-            if result.refused:
-                self.metrics.add_metric(name="AcksRefused", unit="Count", value=len(result.refused))
-                log.warning("ack refused", extra={"batch_id": result.batch_id,
-                                                  "refused": [{"member": m, "reason": r} for m, r in result.refused]})
-        self._publish([r.completed for r in results if r.completed is not None])
+        self._count(results)
         return results
 
     def _one(self, ack: Ack) -> AckResult:
         try:
-            return self.store.apply_acks([ack], self.clock.now_ms())[0]
+            return self.store.apply_acks([ack], self.clock.now_ms(), self._publish_completions)[0]
         except StoreError as error:
             return AckResult(ack.batch_id, refused=[(None, f"store_error: {error}")])
+
+    def _count(self, results: Sequence[AckResult]) -> None:
+        """Metrics once per call (not per ack), a warning per refused ack, a line per completion."""
+        self.metrics.add_metric(name="AcksApplied", unit="Count", value=sum(r.newly_acked for r in results))
+        duplicates = sum(r.duplicates for r in results)
+        if duplicates:
+            self.metrics.add_metric(name="AcksDuplicate", unit="Count", value=duplicates)
+        refused = [r for r in results if r.refused]
+        if refused:
+            self.metrics.add_metric(name="AcksRefused", unit="Count", value=sum(len(r.refused) for r in refused))
+        for result in refused:
+            log.warning("ack refused", extra={"batch_id": result.batch_id,
+                                              "refused": [{"member": m, "reason": r} for m, r in result.refused]})
+        completed = [r.completed.batch_id for r in results if r.completed is not None and r.completed.outbox == "PUBLISHED"]
+        for batch_id in completed:
+            log.info("batch complete", extra={"batch_id": batch_id})
+        if completed:
+            self.metrics.add_metric(name="BatchesCompleted", unit="Count", value=len(completed))
 
     def handle_bodies(self, bodies: dict[str, str]) -> dict[str, str | None]:
         """Acks from message bodies keyed by message id -> ``{message id: refusal reason or None}``.
@@ -100,10 +112,9 @@ class AckService:
             )
         return outcome
 
-    def _publish(self, trackers: Sequence[Tracker]) -> tuple[int, int]:
-        """Publish completions; mark the confirmed ones. Returns (published, failed)."""
-        if not trackers:
-            return 0, 0
+    def _publish_completions(self, trackers: Sequence[Tracker]) -> set[str]:
+        """Publish completions; returns the batch ids the sink confirmed. A failure is counted
+        and left PENDING for :meth:`sweep` (same completion id)."""
         messages = [build_completion(t.batch_id, t.group_key, t.member_count, t.sealed_at_ms, t.completed_at_ms)
                     for t in trackers]
         errors = self.completion_sink.publish([
@@ -113,7 +124,13 @@ class AckService:
             self.metrics.add_metric(name="CompletionPublishFailures", unit="Count", value=1)
             log.warning("completion not published; re-published after the lease",
                         extra={"batch_id": trackers[index].batch_id, "error": error})
-        confirmed = [t.batch_id for i, t in enumerate(trackers) if i not in errors]
+        return {t.batch_id for i, t in enumerate(trackers) if i not in errors}
+
+    def _republish(self, trackers: Sequence[Tracker]) -> tuple[int, int]:
+        """Publish leased completions and mark the confirmed ones. Returns (published, failed)."""
+        if not trackers:
+            return 0, 0
+        confirmed = sorted(self._publish_completions(trackers))
         if confirmed:
             try:
                 self.store.mark_completions_published(confirmed, self.clock.now_ms())
@@ -123,7 +140,7 @@ class AckService:
             for batch_id in confirmed:
                 log.info("batch complete", extra={"batch_id": batch_id})
             self.metrics.add_metric(name="BatchesCompleted", unit="Count", value=len(confirmed))
-        return len(confirmed), len(errors)
+        return len(confirmed), len(trackers) - len(confirmed)
 
     def sweep(self, limit: int = 100) -> SweepReport:
         """Re-publish pending completions whose lease expired; measure overdue batches
@@ -131,7 +148,7 @@ class AckService:
         now = self.clock.now_ms()
         report = SweepReport()
         leased = self.store.lease_completions(now, self.lease_ms, limit)
-        report.republished, report.publish_failures = self._publish(leased)
+        report.republished, report.publish_failures = self._republish(leased)
         report.incomplete, oldest = self.store.incomplete_summary(now - self.deadline_ms)
         report.oldest_incomplete_age_ms = None if oldest is None else now - oldest
         self.metrics.add_metric(name="IncompleteBatches", unit="Count", value=report.incomplete)

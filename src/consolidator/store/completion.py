@@ -14,8 +14,9 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 import orjson
 
@@ -74,6 +75,10 @@ class AckResult:
         return not self.refused
 
 
+# Given the trackers an ack transaction completes, publishes their completions; returns the
+# batch ids the sink confirmed.
+Publisher = Callable[[Sequence[Tracker]], set[str]]
+
 _TRACKER_COLUMNS = (
     "batch_id, group_key, member_count, acked_count, sealed_at_ms, last_ack_ms, completed_at_ms,"
     " outbox, published_at_ms"
@@ -86,6 +91,18 @@ def _tracker(row: dict) -> Tracker:
 
 def _marks(n: int) -> str:
     return ", ".join(["%s"] * n)
+
+
+_BATCH_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _id_literals(batch_ids: Sequence[str]) -> str:
+    """Batch ids as SQL literals; refuses anything but 32 lowercase hex characters (an id
+    from the database or from a validated :class:`Ack`), so no escaping is needed."""
+    for batch_id in batch_ids:
+        if _BATCH_ID.fullmatch(batch_id) is None:
+            raise ValueError(f"not a batch id: {batch_id!r}")
+    return ", ".join(f"'{b}'" for b in batch_ids)
 
 
 class CompletionStore(Connection):
@@ -109,9 +126,18 @@ class CompletionStore(Connection):
             )
         return int(changed)
 
-    def apply_acks(self, acks: Sequence[Ack], now_ms: int) -> list[AckResult]:
+    def apply_acks(self, acks: Sequence[Ack], now_ms: int, publish: Publisher | None = None) -> list[AckResult]:
         """Apply ``acks`` in one transaction; one result per ack, in order. Unknown batches,
-        out-of-range indexes and unknown item ids are refused with a reason (never raised)."""
+        out-of-range indexes and unknown item ids are refused with a reason (never raised).
+
+        The batches this call completes are handed to ``publish`` inside the transaction, while
+        their trackers are locked: the ones it confirms are stored PUBLISHED with the acks, the
+        others PENDING, for :meth:`lease_completions`. If the transaction then fails, nothing
+        is stored and a re-delivered ack publishes again, with the same completion id.
+
+        Two statements in the common case (lock and read the trackers' bits, write back the
+        changed ones), one more when a batch completes. Values go in as literals: batch ids
+        are 32 hex characters (checked again here), bitmaps hex, counts and times integers."""
         if not acks:
             return []
         ids = sorted({a.batch_id for a in acks})
@@ -119,37 +145,30 @@ class CompletionStore(Connection):
         results = [AckResult(a.batch_id) for a in acks]
         with self.transaction() as cur:
             cur.execute(
-                f"SELECT {_TRACKER_COLUMNS}, acked_bits FROM completion_trackers"
-                f" WHERE batch_id IN ({_marks(len(ids))}) ORDER BY batch_id FOR UPDATE",
-                tuple(ids),
+                "SELECT batch_id, member_count, acked_count, acked_bits, outbox FROM completion_trackers"
+                f" WHERE batch_id IN ({_id_literals(ids)}) ORDER BY batch_id FOR UPDATE"
             )
             rows = {r["batch_id"]: r for r in cur.fetchall()}
             members_of: dict[str, dict[str, list[int]]] = {}
             wanted = [b for b in by_item if b in rows]
             if wanted:
-                cur.execute(
-                    f"SELECT batch_id, item_ids FROM completion_items WHERE batch_id IN ({_marks(len(wanted))})",
-                    tuple(wanted),
-                )
+                cur.execute(f"SELECT batch_id, item_ids FROM completion_items WHERE batch_id IN ({_id_literals(wanted)})")
                 for r in cur.fetchall():
                     index: dict[str, list[int]] = {}
                     for i, item in enumerate(orjson.loads(r["item_ids"])):
                         index.setdefault(item, []).append(i)
                     members_of[r["batch_id"]] = index
-            bits = {b: bytes(r["acked_bits"]) for b, r in rows.items()}
-            counts = {b: int(r["acked_count"]) for b, r in rows.items()}
+            bits = {b: r["acked_bits"] for b, r in rows.items()}
+            counts = {b: r["acked_count"] for b, r in rows.items()}
             for ack, result in zip(acks, results, strict=True):
                 row = rows.get(ack.batch_id)
                 if row is None:
                     result.refused.append((None, UNKNOWN_BATCH))
                     continue
-                size = int(row["member_count"])
-                indexes = []
-                for i in ack.members:
-                    if i < size:
-                        indexes.append(i)
-                    else:
-                        result.refused.append((i, UNKNOWN_MEMBER))
+                size = row["member_count"]
+                indexes = [i for i in ack.members if i < size]
+                if len(indexes) < len(ack.members):
+                    result.refused.extend((i, UNKNOWN_MEMBER) for i in ack.members if i >= size)
                 for item in ack.item_ids:
                     found = members_of[ack.batch_id].get(item)
                     if found:
@@ -163,26 +182,31 @@ class CompletionStore(Connection):
             changed = [b for b in ids if b in rows and counts[b] != rows[b]["acked_count"]]
             completed = [b for b in changed
                          if counts[b] >= rows[b]["member_count"] and rows[b]["outbox"] == "NONE"]
+            finished: dict[str, Tracker] = {}
+            if completed:
+                cur.execute(f"SELECT batch_id, group_key, sealed_at_ms FROM completion_trackers"
+                            f" WHERE batch_id IN ({_id_literals(completed)})")
+                finished = {r["batch_id"]: Tracker(
+                    r["batch_id"], r["group_key"], rows[r["batch_id"]]["member_count"], counts[r["batch_id"]],
+                    r["sealed_at_ms"], now_ms, now_ms, "PENDING", None) for r in cur.fetchall()}
+            published = publish(list(finished.values())) if finished and publish is not None else set()
             if changed:
-                case_bits = " ".join(["WHEN %s THEN %s"] * len(changed))
-                case_count = " ".join(["WHEN %s THEN %s"] * len(changed))
-                done = _marks(len(completed)) if completed else "NULL"
+                done = _id_literals(completed) if completed else "NULL"
+                sent = _id_literals(sorted(published)) if published else "NULL"
                 cur.execute(
-                    f"UPDATE completion_trackers SET acked_bits = CASE batch_id {case_bits} END,"
-                    f" acked_count = CASE batch_id {case_count} END, last_ack_ms = %s,"
-                    f" completed_at_ms = IF(batch_id IN ({done}), %s, completed_at_ms),"
-                    f" outbox = IF(batch_id IN ({done}), 'PENDING', outbox),"
-                    f" outbox_attempt_ms = IF(batch_id IN ({done}), %s, outbox_attempt_ms)"
-                    f" WHERE batch_id IN ({_marks(len(changed))})",
-                    (*[v for b in changed for v in (b, bits[b])], *[v for b in changed for v in (b, counts[b])],
-                     now_ms, *completed, now_ms, *completed, *completed, now_ms, *changed),
+                    "UPDATE completion_trackers SET acked_bits = CASE batch_id"
+                    + "".join(f" WHEN '{b}' THEN X'{bits[b].hex()}'" for b in changed)
+                    + " END, acked_count = CASE batch_id"
+                    + "".join(f" WHEN '{b}' THEN {int(counts[b])}" for b in changed)
+                    + f" END, last_ack_ms = {int(now_ms)},"
+                    f" completed_at_ms = IF(batch_id IN ({done}), {int(now_ms)}, completed_at_ms),"
+                    f" outbox = IF(batch_id IN ({sent}), 'PUBLISHED', IF(batch_id IN ({done}), 'PENDING', outbox)),"
+                    f" published_at_ms = IF(batch_id IN ({sent}), {int(now_ms)}, published_at_ms),"
+                    f" outbox_attempt_ms = IF(batch_id IN ({done}), {int(now_ms)}, outbox_attempt_ms)"
+                    f" WHERE batch_id IN ({_id_literals(changed)})"
                 )
-        finished = {
-            b: Tracker(**{**{k: rows[b][k] for k in Tracker.__dataclass_fields__},
-                          "acked_count": counts[b], "last_ack_ms": now_ms, "completed_at_ms": now_ms,
-                          "outbox": "PENDING"})
-            for b in completed
-        }
+        for batch_id in published:
+            finished[batch_id] = replace(finished[batch_id], outbox="PUBLISHED", published_at_ms=now_ms)
         for ack, result in zip(acks, results, strict=True):  # the first ack of a batch that set a bit
             if result.newly_acked and ack.batch_id in finished:
                 result.completed = finished.pop(ack.batch_id)
