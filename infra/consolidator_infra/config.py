@@ -226,7 +226,8 @@ class CompletionConfig(_Model):
     deadline_seconds: int = Field(3600, ge=60, description="a sent batch not complete after this is overdue")
     lease_seconds: int = Field(60, ge=10, le=3600, description="re-publish a completion not confirmed after this")
     max_age_days: int = Field(7, ge=1, le=365, description="trackers never completed after this are removed")
-    batch_size: int = Field(100, ge=1, le=10_000, description="acks per invocation (SQS event source)")
+    batch_size: int = Field(1000, ge=1, le=10_000, description="acks per invocation (SQS event source); a"
+                            " larger poll updates each tracker once for more of its members")
     max_batching_window_seconds: int = Field(1, ge=0, le=300)
     max_receive_count: int = Field(5, ge=1, le=1000, description="deliveries of a refused ack before its DLQ")
     timeout_seconds: int = Field(30, ge=5, le=900)
