@@ -111,9 +111,9 @@ def _tar(root: Path, archive: Path, compresslevel: int) -> None:
 
 
 def build(out: Path, *, python_version: str, architecture: str, interpreter: str,
-          offline: bool = False, compresslevel: int = 6) -> Path:
-    """Build ``out/<archive_name>`` and copy ``entry.py`` next to it; return the archive path.
-    Raises :class:`ArchiveError` if uv fails or :func:`check_archive` rejects the result."""
+          offline: bool = False, compresslevel: int = 6) -> tuple[Path, dict]:
+    """Build ``out/<archive_name>`` and copy ``entry.py`` next to it; return the archive path and
+    :func:`check_archive`'s summary. Raises :class:`ArchiveError` if uv fails or the check does."""
     wheel_platform = emr.WHEEL_PLATFORMS[architecture]
     out.mkdir(parents=True, exist_ok=True)
     archive = out / emr.archive_name(python_version, architecture)
@@ -125,8 +125,8 @@ def build(out: Path, *, python_version: str, architecture: str, interpreter: str
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
         _tar(root, archive, compresslevel)
     shutil.copy2(REPO / "src" / "consolidator" / "spark" / "entry.py", out / emr.ENTRY_POINT)
-    check_archive(archive, python_version=python_version, architecture=architecture, interpreter=interpreter)
-    return archive
+    return archive, check_archive(archive, python_version=python_version, architecture=architecture,
+                                  interpreter=interpreter)
 
 
 def _wheel_tags(text: str) -> list[str]:
@@ -155,23 +155,19 @@ def check_archive(archive: Path, *, python_version: str, architecture: str, inte
     dists: list[str] = []
     tops: set[str] = set()
     size = 0
-    with tarfile.open(archive, "r:gz") as tar:
-        members = {m.name: m for m in tar.getmembers()}
-        python = members.get("bin/python")
-        if python is None or not python.issym() or python.linkname != interpreter:
-            problems.append(f"bin/python must be a symlink to {interpreter}, is "
-                            f"{python.linkname if python is not None and python.issym() else python}")
-        cfg = members.get("pyvenv.cfg")
-        cfg_text = tar.extractfile(cfg).read().decode() if cfg is not None else ""
-        for line in (f"home = {os.path.dirname(interpreter)}", "include-system-site-packages = false"):
-            if line not in cfg_text.splitlines():
-                problems.append(f"pyvenv.cfg lacks {line!r}")
-        for name, member in members.items():
-            if member.name.startswith("/") or ".." in Path(name).parts:
+    members: dict[str, tarfile.TarInfo] = {}
+    cfg_text = ""
+    with tarfile.open(archive, "r|gz") as tar:  # one streaming pass: no seeking in the gzip
+        for member in tar:
+            name = member.name
+            members[name] = member
+            if name.startswith("/") or ".." in Path(name).parts:
                 problems.append(f"unsafe member {name}")
             if not member.isfile():
                 continue
             size += member.size
+            if name == "pyvenv.cfg":
+                cfg_text = tar.extractfile(member).read().decode()
             if name.startswith(site):
                 tops.add(name[len(site):].split("/")[0])
                 if name.endswith("/WHEEL") and ".dist-info/" in name:
@@ -184,11 +180,18 @@ def check_archive(archive: Path, *, python_version: str, architecture: str, inte
                 header = tar.extractfile(member).read(20)
                 if header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") != ELF_MACHINES[machine]:
                     problems.append(f"{name} is a native library for another machine than {machine}")
-        for name in REQUIRED:
-            if not any(n.startswith(site + name + "/") for n in members):
-                problems.append(f"{name} is missing from {site}")
-        if site + "consolidator/spark/cli.py" not in members:
-            problems.append("consolidator/spark/cli.py is missing")
+    python = members.get("bin/python")
+    if python is None or not python.issym() or python.linkname != interpreter:
+        problems.append(f"bin/python must be a symlink to {interpreter}, is "
+                        f"{python.linkname if python is not None and python.issym() else python}")
+    for line in (f"home = {os.path.dirname(interpreter)}", "include-system-site-packages = false"):
+        if line not in cfg_text.splitlines():
+            problems.append(f"pyvenv.cfg lacks {line!r}")
+    for name in REQUIRED:
+        if not any(n.startswith(site + name + "/") for n in members):
+            problems.append(f"{name} is missing from {site}")
+    if site + "consolidator/spark/cli.py" not in members:
+        problems.append("consolidator/spark/cli.py is missing")
     for name in FORBIDDEN:
         if name in tops or any(t.lower().startswith(name.replace("_", "-") + "-") or t.startswith(name + "-")
                                for t in tops if t.endswith(".dist-info")):
@@ -222,10 +225,8 @@ def main(argv: list[str]) -> int:
         python_version, architecture, interpreter = emr.PYTHON_VERSION, emr.ARCHITECTURE, emr.INTERPRETER
         out = args.out or BUILD
     try:
-        archive = build(out, python_version=python_version, architecture=architecture,
-                        interpreter=interpreter, offline=args.offline)
-        summary = check_archive(archive, python_version=python_version, architecture=architecture,
-                                interpreter=interpreter)
+        archive, summary = build(out, python_version=python_version, architecture=architecture,
+                                 interpreter=interpreter, offline=args.offline)
     except BundleError as error:
         print(f"emr-archive: {error}", file=sys.stderr)
         return 1
