@@ -77,6 +77,7 @@ def _install(site: Path, python_version: str, wheel_platform: str, *, offline: b
         raise ArchiveError(f"uv could not install the locked dependencies for {wheel_platform}, "
                            f"Python {python_version}:\n{result.stderr[-4000:]}")
     shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts of the build machine
+    (site / ".lock").unlink(missing_ok=True)  # uv's lock file for the target directory
     for cache in site.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
 
