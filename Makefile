@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 18,20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: setup setup-demo test demo bench bench-ingest bench-flush bench-replay bench-stream bench-acks capacity synth lint lock fresh-check chaos
+.PHONY: setup setup-demo test demo bench bench-ingest bench-flush bench-replay bench-stream bench-acks capacity synth lint lock fresh-check chaos emr-archive emr-check test-emr-spark
 
 setup:
 	@bash scripts/setup.sh test
@@ -48,6 +48,18 @@ bench-acks: setup
 	$(PY) bench/bench_acks.py
 bench-stream: setup
 	$(PY) bench/bench_stream.py
+
+# EMR Serverless (none of it in `make test`; each downloads from PyPI, by hash, on first use):
+# the job's Python environment archive for the construct's release (build/emr/), a real
+# spark-submit with an archive of the same layout built for this machine, and the Spark tests
+# on the release's Spark (4.0.2). See docs/spark.md.
+emr-archive: setup
+	$(PY) infra/emr_archive.py
+emr-check: setup
+	$(PY) infra/emr_archive.py --local
+	CONSOLIDATOR_EMR_CHECK=1 $(PY) -m pytest tests/infra/test_emr_archive.py -q
+test-emr-spark: setup
+	@bash scripts/emr-spark.sh
 
 synth: setup
 	$(PY) infra/bundle.py

@@ -1,8 +1,10 @@
 """Optional: the Spark streaming aggregator on EMR Serverless.
 
-One construct: an S3 bucket (``code/`` for ``entry.py`` and ``venv.tar.gz``, ``checkpoints/``
-for the streaming state, ``logs/``), an EMR Serverless Spark application (AWS runtime for Apache
-Spark 4, auto start/stop, capped capacity, in the VPC when given), and the job role. The job role
+One construct: an S3 bucket (``code/`` for ``entry.py`` and the environment archive that
+``make emr-archive`` builds, ``checkpoints/`` for the streaming state, ``logs/``), an EMR
+Serverless Spark application (AWS runtime for Apache Spark 4, auto start/stop, capped capacity,
+in the VPC when given), and the job role. The release and the architecture come from
+``consolidator.spark.emr``, as do the Python and machine the archive is built for. The job role
 is scoped to exactly what the job does: read code, read/write checkpoints, write logs, connect to
 the MSK cluster with IAM, read the source topic, write the output topic, use its own consumer
 groups, and send to the dead-letter queue. ``consolidator spark emr-submit`` starts the job.
@@ -21,7 +23,7 @@ from aws_cdk import aws_sqs as sqs
 from cdk_nag import NagPackSuppression, NagSuppressions
 from constructs import Construct
 
-RELEASE_LABEL = "emr-spark-8.0.0"  # Apache Spark 4.0.x: transformWithStateInPandas
+from consolidator.spark.emr import ARCHITECTURE, RELEASE_LABEL
 
 
 def _msk_arn(cluster_arn: str, kind: str, name: str) -> str:
@@ -46,6 +48,7 @@ class SparkOnEmrServerless(Construct):
         max_vcpu: str = "16 vCPU",
         max_memory: str = "64 GB",
         release_label: str = RELEASE_LABEL,
+        architecture: str = ARCHITECTURE,
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         super().__init__(scope, id)
@@ -75,6 +78,7 @@ class SparkOnEmrServerless(Construct):
         self.application = emr.CfnApplication(
             self, "Application",
             release_label=release_label,
+            architecture=architecture,
             type="SPARK",
             name=f"{id.lower()}-aggregator",
             auto_start_configuration=emr.CfnApplication.AutoStartConfigurationProperty(enabled=True),

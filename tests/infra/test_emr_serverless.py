@@ -43,6 +43,8 @@ def test_application_is_spark_4_auto_stopping_in_the_vpc(template):
     [app] = template.find_resources("AWS::EMRServerless::Application").values()
     props = app["Properties"]
     assert (props["Type"], props["ReleaseLabel"]) == ("SPARK", "emr-spark-8.0.0")
+    # the machine `make emr-archive` builds the job's Python environment for
+    assert props["Architecture"] == "ARM64"
     assert props["AutoStopConfiguration"] == {"Enabled": True, "IdleTimeoutMinutes": 15}
     assert props["MaximumCapacity"] == {"Cpu": "16 vCPU", "Memory": "64 GB"}
     assert len(props["NetworkConfiguration"]["SubnetIds"]) == 2

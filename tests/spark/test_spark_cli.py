@@ -26,8 +26,22 @@ def test_emr_submit_prints_a_streaming_start_job_run():
     assert driver["entryPointArguments"][:5] == [
         "stream", "--source", "spark", "--checkpoint", "s3://my-bucket/checkpoints/consolidator-stream"]
     assert "--topic" in driver["entryPointArguments"] and "orders" in driver["entryPointArguments"]
-    assert "spark.archives=s3://my-bucket/code/venv.tar.gz#environment" in driver["sparkSubmitParameters"]
-    assert "spark-sql-kafka-0-10" in driver["sparkSubmitParameters"]
+    submit = driver["sparkSubmitParameters"].split(" ")
+    # the archive `make emr-archive` builds, the Python inside it on the driver and the executors
+    assert "spark.archives=s3://my-bucket/code/consolidator-emr-py3.12-aarch64.tar.gz#environment" in submit
+    for conf in ("spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON", "spark.emr-serverless.driverEnv.PYSPARK_PYTHON",
+                 "spark.executorEnv.PYSPARK_PYTHON"):
+        assert f"{conf}=./environment/bin/python" in submit, conf
+    # the Kafka connector of the release's Spark (4.0.2, Scala 2.13)
+    assert "spark.jars.packages=org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.2" in submit
+
+
+def test_emr_submit_takes_another_archive_name():
+    result = runner.invoke(spark_app, [
+        "emr-submit", "--application-id", "00abc", "--execution-role-arn", "arn:aws:iam::1:role/job",
+        "--bucket", "b", "--archive", "env-x86.tar.gz", "--", "--topic", "orders"])
+    assert result.exit_code == 0, result.output
+    assert "spark.archives=s3://b/code/env-x86.tar.gz#environment" in result.stdout
 
 
 def test_replay_rejects_a_bad_grid():

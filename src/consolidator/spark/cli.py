@@ -295,43 +295,6 @@ def replay(
     typer.echo(f"report: {paths['markdown']} ({paths['html'].name}, {paths['chart'].name})")
 
 
-def start_job_run_request(
-    *, application_id: str, execution_role_arn: str, code_uri: str, checkpoint_uri: str, stream_args: list[str],
-    name: str = "consolidator-stream", kafka_package: str = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.2",
-    log_uri: str | None = None,
-) -> dict:
-    """The ``StartJobRun`` request for the streaming job (``mode=STREAMING``: EMR Serverless
-    restarts it from the S3 checkpoint after a failure). ``code_uri`` holds ``entry.py`` and
-    ``venv.tar.gz`` (the consolidator wheel and its runtime dependencies, without pyspark)."""
-    code_uri = code_uri.rstrip("/")
-    python = "./environment/bin/python"
-    submit = [
-        f"--conf spark.archives={code_uri}/venv.tar.gz#environment",
-        f"--conf spark.emr-serverless.driverEnv.PYSPARK_DRIVER_PYTHON={python}",
-        f"--conf spark.emr-serverless.driverEnv.PYSPARK_PYTHON={python}",
-        f"--conf spark.executorEnv.PYSPARK_PYTHON={python}",
-        f"--conf spark.jars.packages={kafka_package}",
-        ("--conf spark.sql.streaming.stateStore.providerClass="
-         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"),
-    ]
-    request: dict = {
-        "applicationId": application_id,
-        "executionRoleArn": execution_role_arn,
-        "name": name,
-        "mode": "STREAMING",
-        "retryPolicy": {"maxFailedAttemptsPerHour": 5},
-        "jobDriver": {"sparkSubmit": {
-            "entryPoint": f"{code_uri}/entry.py",
-            "entryPointArguments": ["stream", "--source", "spark", "--checkpoint", checkpoint_uri, *stream_args],
-            "sparkSubmitParameters": " ".join(submit),
-        }},
-    }
-    if log_uri:
-        request["configurationOverrides"] = {
-            "monitoringConfiguration": {"s3MonitoringConfiguration": {"logUri": log_uri}}}
-    return request
-
-
 @spark_app.command("emr-submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def emr_submit(
     ctx: typer.Context,
@@ -342,13 +305,18 @@ def emr_submit(
     name: Annotated[str, typer.Option("--name")] = "consolidator-stream",
     submit: Annotated[bool, typer.Option("--submit", help="Call StartJobRun instead of printing it.")] = False,
     region: Annotated[str | None, typer.Option("--region")] = None,
+    archive: Annotated[str | None, typer.Option(
+        "--archive", help="File name of the environment archive under code/ (default: the one "
+                          "`make emr-archive` builds for the construct's release).")] = None,
 ) -> None:
     """Print (or with --submit, call) StartJobRun for the streaming job. Arguments after ``--``
     go to ``stream`` (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...)."""
+    from consolidator.spark.emr import start_job_run_request
+
     request = start_job_run_request(
         application_id=application_id, execution_role_arn=execution_role_arn,
         code_uri=f"s3://{bucket}/code", checkpoint_uri=f"s3://{bucket}/checkpoints/{name}",
-        stream_args=list(ctx.args), name=name, log_uri=f"s3://{bucket}/logs/",
+        stream_args=list(ctx.args), name=name, archive=archive, log_uri=f"s3://{bucket}/logs/",
     )
     if not submit:
         typer.echo(json.dumps(request, indent=2))

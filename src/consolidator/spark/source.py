@@ -249,9 +249,14 @@ class KafkaStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict:
         return self.resolver.resolve(self.starting, "latest")
 
-    def latestOffset(self, start: dict, limit) -> dict:
-        from pyspark.sql.streaming.datasource import ReadMaxRows
-
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        """Spark >= 4.1 passes ``start`` and the read limit; Spark 4.0 (EMR's emr-spark-8.0.0)
+        passes neither, and gets every available offset (``maxOffsetsPerTrigger`` unenforced)."""
+        try:
+            from pyspark.sql.streaming.datasource import ReadMaxRows
+        except ImportError:  # Spark 4.0
+            ReadMaxRows = ()
+        start = start or {}
         latest = {t: {p: high for p, (_, high) in parts.items()}
                   for t, parts in self.resolver.watermarks().items()}
         end: Offsets = {}
@@ -309,10 +314,8 @@ class _KafkaWrite:
             topic = fields.get("topic") or self.topic
             if not topic:
                 raise DeliveryError("no topic: set option topic or a topic column")
-            headers = [(h["key"], h["value"]) for h in fields.get("headers") or []]
-            value, key = fields.get("value"), fields.get("key")
-            producer.produce(topic, value=value.encode() if isinstance(value, str) else value,
-                             key=key.encode() if isinstance(key, str) else key,
+            headers = [(h["key"], _bytes(h["value"])) for h in fields.get("headers") or []]
+            producer.produce(topic, value=_bytes(fields.get("value")), key=_bytes(fields.get("key")),
                              headers=headers or None, on_delivery=delivered)
             count += 1
             producer.poll(0)
@@ -320,6 +323,13 @@ class _KafkaWrite:
         if left or errors:
             raise DeliveryError(f"{left} records unacknowledged, {len(errors)} failed: {errors[:3]}")
         return _Written(count)
+
+
+def _bytes(value):
+    """What the producer takes: str encoded; Spark 4.0 gives binary columns as ``bytearray``."""
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value) if isinstance(value, bytearray) else value
 
 
 @dataclass

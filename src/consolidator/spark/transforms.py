@@ -188,7 +188,24 @@ def _fallback(names: FieldNames, max_event_bytes: int):
         return pa.array(rows, out_type)
 
     fallback.__annotations__ = {"value": pa.Array, "return": pa.Array}  # resolved here, not as strings
-    return F.arrow_udf(fallback, _FALLBACK_TYPE)
+    if hasattr(F, "arrow_udf"):  # Spark >= 4.1
+        return F.arrow_udf(fallback, _FALLBACK_TYPE)
+    return _as_pandas_udf(fallback, out_type)
+
+
+def _as_pandas_udf(fallback, out_type):
+    """Spark 4.0 (EMR's emr-spark-8.0.0) has no ``arrow_udf``: the same function as a pandas
+    UDF. A null row comes back as a struct of nulls, which ``decode`` reads the same way."""
+    import pandas as pd
+    import pyarrow as pa
+
+    def fallback_pandas(value: pd.Series) -> pd.DataFrame:
+        result = fallback(pa.Array.from_pandas(value, type=pa.binary()))
+        return pd.DataFrame({field.name: column.to_pandas()
+                             for field, column in zip(out_type, result.flatten(), strict=True)})
+
+    fallback_pandas.__annotations__ = {"value": pd.Series, "return": pd.DataFrame}
+    return F.pandas_udf(fallback_pandas, _FALLBACK_TYPE)
 
 
 def decode(df: DataFrame, names: FieldNames, max_event_bytes: int, fast_path: bool = True) -> DataFrame:
