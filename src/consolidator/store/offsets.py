@@ -53,23 +53,31 @@ def _keys(quote, partitions: Iterable[Partition]) -> str:
 
 
 def lock_marks(cur, partitions: Iterable[Partition]) -> dict[Partition, Mark]:
-    """Create missing mark rows and lock every one of ``partitions`` until the transaction ends.
-    ON DUPLICATE KEY UPDATE takes an exclusive lock on an existing row (a plain INSERT IGNORE
-    would take a shared one, and two ingests upgrading it would deadlock)."""
-    quote = _string_quoter(cur.connection)
+    """Create missing mark rows and lock every one of ``partitions`` until the transaction ends."""
     rows = sorted(set(partitions))
     if not rows:
         return {}
-    cur.execute(
-        "INSERT INTO partition_offsets (src_topic, src_partition, high_water) VALUES "
-        + ", ".join(f"({quote(t)},{p:d},-1)" for t, p in rows)
-        + " ON DUPLICATE KEY UPDATE high_water = high_water"
-    )
+    cur.execute(lock_statement(cur, rows))
+    return read_marks(cur, rows)
+
+
+def lock_statement(cur, partitions: list[Partition]) -> str:
+    """The statement that creates and locks the mark rows of ``partitions`` (sorted, not empty).
+    ON DUPLICATE KEY UPDATE takes an exclusive lock on an existing row (a plain INSERT IGNORE
+    would take a shared one, and two ingests upgrading it would deadlock)."""
+    quote = _string_quoter(cur.connection)
+    return ("INSERT INTO partition_offsets (src_topic, src_partition, high_water) VALUES "
+            + ", ".join(f"({quote(t)},{p:d},-1)" for t, p in partitions)
+            + " ON DUPLICATE KEY UPDATE high_water = high_water")
+
+
+def read_marks(cur, partitions: list[Partition]) -> dict[Partition, Mark]:
+    """The marks of ``partitions`` (sorted, not empty), locked by :func:`lock_statement`."""
     # A plain read after the lock: it starts its snapshot now, so it sees the last committed
     # mark, and no other transaction can commit a new one while we hold the row.
     cur.execute(
         "SELECT src_topic, src_partition, high_water, ledger_high_water FROM partition_offsets"
-        f" WHERE (src_topic, src_partition) IN ({_keys(quote, rows)})"
+        f" WHERE (src_topic, src_partition) IN ({_keys(_string_quoter(cur.connection), partitions)})"
     )
     return {(r["src_topic"], r["src_partition"]): Mark(r["high_water"], r["ledger_high_water"])
             for r in cur.fetchall()}
