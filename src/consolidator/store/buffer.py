@@ -179,14 +179,31 @@ def _fresh(cur, events: Sequence[Event], marks: dict[Partition, Mark], high: dic
 def _upsert_statements(cur, events: Sequence[Event], now_ms: int) -> Iterator[str]:
     """Multi-row upserts of ``events``, each built when asked for; each one's affected-rows count
     is 1 per new row and 2 per coalesced one. The row text is the ingest hot path: values are
-    escaped inline, no wrapper per value."""
+    escaped inline, no wrapper per value, and what repeats (a partition's topic and the start of
+    its position key, a group key) is escaped once per statement."""
     if not events:
         return
     esc = _string_escaper(cur.connection)
     dumps = orjson.dumps
     tail = f",{now_ms:d},{now_ms:d})"
-    yield from _multi_row(_UPSERT_HEAD, _UPSERT_TAIL, (
-        f"({bucket_of(ts)},'{esc(group)}','{esc(item)}',X'{position.sort_key().hex()}','{esc(position.topic)}',"
-        f"{position.partition:d},{position.offset:d},{ts:d},'{esc(dumps(items).decode())}'{tail}"
-        for position, ts, group, item, items, _ in events
-    ))
+    groups: dict[str, str] = {}
+    partitions: dict[Partition, tuple[str, str]] = {}
+
+    def partition_text(topic: str, partition: int) -> tuple[str, str]:
+        # the position key is sort_key(): topic, 0x00, partition (int32) then offset (int64), big-endian
+        text = partitions[topic, partition] = (f"X'{topic.encode().hex()}00{partition.to_bytes(4, 'big', signed=True).hex()}",
+                                               f"','{esc(topic)}',{partition:d},")
+        return text
+
+    def group_text(group: str) -> str:
+        text = groups[group] = esc(group)
+        return text
+
+    def row(event: Event) -> str:
+        (topic, partition, offset), ts, group, item, items, _ = event
+        key, columns = partitions.get((topic, partition)) or partition_text(topic, partition)
+        return (f"({bucket_of(ts)},'{groups[group] if group in groups else group_text(group)}','{esc(item)}',"
+                f"{key}{offset.to_bytes(8, 'big', signed=True).hex()}{columns}{offset:d},{ts:d},"
+                f"'{esc(dumps(items).decode())}'{tail}")
+
+    yield from _multi_row(_UPSERT_HEAD, _UPSERT_TAIL, map(row, events))
