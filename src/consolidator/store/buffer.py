@@ -24,9 +24,10 @@ from consolidator.store.offsets import (
     Mark,
     Partition,
     advance_marks,
+    create_missing_marks,
     lock_marks,
-    lock_statement,
-    read_marks,
+    lock_read_statement,
+    marks_of,
     record_applied,
 )
 
@@ -102,11 +103,10 @@ class BufferStore(Connection):
         stored = seen = affected = 0
         with self.transaction() as cur, Pipeline(cur) as pipe:
             if keys:
-                pipe.send(lock_statement(cur, keys))
+                pipe.send(lock_read_statement(cur, keys))
             chunks = iter(chunks)
             chunk = next(chunks, None)  # the first decode overlaps the lock
-            pipe.wait()
-            marks = read_marks(cur, keys) if keys else {}
+            marks = create_missing_marks(cur, keys, marks_of(pipe.fetch())) if keys else {}
             high = {partition: mark.high_water for partition, mark in marks.items()}
             ledger = any(mark.ledger_high_water is not None for mark in marks.values())
             while chunk is not None:

@@ -154,6 +154,13 @@ class Pipeline:
         self._in_flight = False
         return self._connection._read_query_result()
 
+    def fetch(self) -> tuple[tuple, ...]:
+        """The rows of the statement in flight, as tuples (none when nothing is in flight)."""
+        if not self._in_flight:
+            return ()
+        self.wait()
+        return self._connection._result.rows or ()
+
 
 class Connection:
     """One connection, used by one thread at a time. Reconnects after the server went away."""
