@@ -10,6 +10,11 @@ Guarantees:
 - poison at or below its partition's high-water mark is a replay and is not dead-lettered
   again; the dead letter is still at-least-once (a poison record after a failure is reported
   failed even when its entry was written, and is dead-lettered again when re-delivered);
+- an invocation whose records all decode is stored pipelined (decode of the next chunk while
+  the database stores the previous one, one transaction); at the first poison record or
+  statement error that transaction is rolled back and the exact path (decode all, dead-letter,
+  store, isolate a failing record by halving) handles the invocation from the start, so the
+  response and the database end the same either way;
 - no input raises: a malformed envelope is dead-lettered like a poison value (see
   :mod:`consolidator.msk`). What raises is a dependency failure Lambda must see as an error: a
   piece of the event without a readable position whose dead-letter write failed, or a
