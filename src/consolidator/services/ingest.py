@@ -108,8 +108,8 @@ class IngestService:
         cut: dict[Partition, int] = {}  # per partition, the lowest offset not made durable
         if rejected or not records or not self.pipeline_rows or not self._ingest_pipelined(records, outcome, cut):
             self._ingest_exact(records, rejected, outcome, cut)
-        positions = [*(r.position for r in records), *(r.position for r in rejected if r.position is not None)]
         if cut:
+            positions = [*(r.position for r in records), *(r.position for r in rejected if r.position is not None)]
             outcome.failed = list(dict.fromkeys(
                 p for p in positions if p.offset >= cut.get((p.topic, p.partition), _NEVER)))
         for name, value in (
