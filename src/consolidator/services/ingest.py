@@ -10,6 +10,11 @@ Guarantees:
 - poison at or below its partition's high-water mark is a replay and is not dead-lettered
   again; the dead letter is still at-least-once (a poison record after a failure is reported
   failed even when its entry was written, and is dead-lettered again when re-delivered);
+- an invocation whose records all decode is stored pipelined (decode of the next chunk while
+  the database stores the previous one, one transaction); at the first poison record or
+  statement error that transaction is rolled back and the exact path (decode all, dead-letter,
+  store, isolate a failing record by halving) handles the invocation from the start, so the
+  response and the database end the same either way;
 - no input raises: a malformed envelope is dead-lettered like a poison value (see
   :mod:`consolidator.msk`). What raises is a dependency failure Lambda must see as an error: a
   piece of the event without a readable position whose dead-letter write failed, or a
@@ -35,6 +40,7 @@ log = logging.getLogger(__name__)
 Partition = tuple[str, int]
 _Poison = tuple[SourcePosition, dict, str, str]  # position, dead-letter entry, reason, detail
 _NEVER = 2**63  # above every offset: the partition is not cut
+PIPELINE_ROWS = 250  # by bench/bench_ingest.py: small enough to overlap, large enough per statement
 
 
 def _position(item: Event | SourcePosition) -> SourcePosition:
@@ -84,6 +90,7 @@ class IngestService:
     max_event_bytes: int
     clock: Clock
     metrics: MetricsRecorder = field(default_factory=NoMetrics)
+    pipeline_rows: int = PIPELINE_ROWS  # records decoded per pipelined statement; 0: always the exact path
 
     def handle_msk_event(self, event: object) -> dict:
         """The whole Lambda contract: MSK event in, partial batch response out. No input makes
@@ -98,6 +105,52 @@ class IngestService:
         dead-lettered: Lambda cannot be told about it, so the whole invocation fails and is
         retried (nothing has been stored by then)."""
         outcome = IngestOutcome()
+        cut: dict[Partition, int] = {}  # per partition, the lowest offset not made durable
+        if rejected or not records or not self.pipeline_rows or not self._ingest_pipelined(records, outcome, cut):
+            self._ingest_exact(records, rejected, outcome, cut)
+        if cut:
+            positions = [*(r.position for r in records), *(r.position for r in rejected if r.position is not None)]
+            outcome.failed = list(dict.fromkeys(
+                p for p in positions if p.offset >= cut.get((p.topic, p.partition), _NEVER)))
+        for name, value in (
+            ("RecordsIngested", outcome.stored),
+            ("RecordsCoalesced", outcome.coalesced),
+            ("RecordsReplayed", outcome.replayed),
+            ("RecordsDeadLettered", outcome.dead_lettered),
+            ("RecordsFailed", len(outcome.failed)),
+        ):
+            self.metrics.add_metric(name=name, unit="Count", value=value)
+        return outcome
+
+    def _ingest_pipelined(self, records: Sequence[KafkaRecord], outcome: IngestOutcome,
+                          cut: dict[Partition, int]) -> bool:
+        """The usual invocation, every record valid: one transaction in which the records are
+        decoded chunk by chunk while the database stores the previous chunk. Returns False, with
+        nothing written, at the first poison record or statement error: the exact path then
+        handles the invocation from the start (dead letter, isolating a failing record), so the
+        outcome is the exact path's."""
+        names, limit, size = self.names, self.max_event_bytes, self.pipeline_rows
+
+        def decoded():
+            for start in range(0, len(records), size):
+                yield [decode(r, names, limit) for r in records[start:start + size]]
+
+        try:
+            counts = self.store.ingest_pipelined({(r.topic, r.partition) for r in records}, decoded(),
+                                                 self.clock.now_ms())
+        except (PoisonEvent, StoreError):
+            return False
+        except StoreUnavailable as error:
+            log.error("database unavailable; failing every record", extra={"error": str(error)})
+            for record in records:
+                _cut(cut, record.position)
+            return True
+        self._count(counts, outcome)
+        return True
+
+    def _ingest_exact(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected],
+                      outcome: IngestOutcome, cut: dict[Partition, int]) -> None:
+        """Decode everything, dead-letter the poison, then store the rest (:meth:`_store`)."""
         now = self.clock.now_ms()
         unidentified = [r for r in rejected if r.position is None]
         if unidentified:
@@ -118,7 +171,6 @@ class IngestService:
             except PoisonEvent as error:
                 poison.append((record.position, poison_entry(record, error, now), str(error.reason), error.detail))
         positions = [*(r.position for r in records), *(p for p, *_ in poison)]
-        cut: dict[Partition, int] = {}  # per partition, the lowest offset not made durable
         try:
             settled = self._dead_letter(poison, outcome, cut)
         except StoreUnavailable as error:
@@ -127,18 +179,6 @@ class IngestService:
                 _cut(cut, position)
         else:
             self._store([*events, *settled], outcome, cut)
-        if cut:
-            outcome.failed = list(dict.fromkeys(
-                p for p in positions if p.offset >= cut.get((p.topic, p.partition), _NEVER)))
-        for name, value in (
-            ("RecordsIngested", outcome.stored),
-            ("RecordsCoalesced", outcome.coalesced),
-            ("RecordsReplayed", outcome.replayed),
-            ("RecordsDeadLettered", outcome.dead_lettered),
-            ("RecordsFailed", len(outcome.failed)),
-        ):
-            self.metrics.add_metric(name=name, unit="Count", value=value)
-        return outcome
 
     def redrive(self, records: Sequence[KafkaRecord]) -> IngestOutcome:
         """Re-ingest fixed poison under its original positions, each exactly once (the store's

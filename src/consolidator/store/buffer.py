@@ -11,7 +11,7 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -19,8 +19,17 @@ import orjson
 from consolidator.errors import StoreConflict
 from consolidator.events import Event, SourcePosition, bucket_of
 from consolidator.policy import GroupStats
-from consolidator.store.connection import Connection, _multi_row, _string_escaper
-from consolidator.store.offsets import advance_marks, lock_marks, record_applied
+from consolidator.store.connection import Connection, Pipeline, _multi_row, _string_escaper
+from consolidator.store.offsets import (
+    Mark,
+    Partition,
+    advance_marks,
+    create_missing_marks,
+    lock_marks,
+    lock_read_statement,
+    marks_of,
+    record_applied,
+)
 
 CONFLICT_ATTEMPTS = 3  # an ingest rolled back by a deadlock runs again, at most this often
 
@@ -75,23 +84,44 @@ class BufferStore(Connection):
             marks = lock_marks(cur, {(e.position.topic, e.position.partition) for e in events}
                                | {(p.topic, p.partition) for p in settled})
             high = {partition: mark.high_water for partition, mark in marks.items()}
-            fresh: list[Event] = []
-            ledger: list[Event] = []
-            for e in events:
-                topic, partition, offset = e.position
-                if offset > high[topic, partition]:
-                    high[topic, partition] = offset
-                    fresh.append(e)
-                elif marks[topic, partition].in_ledger_range(offset):
-                    ledger.append(e)  # the pre-v4 ledger decides (rare: re-deliveries only)
-            if ledger:
-                new = record_applied(cur, [(e.position.sort_key(), e.bucket) for e in ledger])
-                fresh += [e for e, is_new in zip(ledger, new, strict=True) if is_new]
+            fresh = _fresh(cur, events, marks, high)
             for topic, partition, offset in settled:
                 high[topic, partition] = max(high[topic, partition], offset)
-            affected = self._upsert(cur, fresh, now_ms)
+            affected = sum(cur.execute(statement) for statement in _upsert_statements(cur, fresh, now_ms))
             advance_marks(cur, {p: o for p, o in high.items() if o > marks[p].high_water})
         return IngestCounts(stored=len(fresh), coalesced=affected - len(fresh), replayed=len(events) - len(fresh))
+
+    def ingest_pipelined(self, partitions: Iterable[Partition], chunks: Iterable[Sequence[Event]],
+                         now_ms: int) -> IngestCounts:
+        """What :meth:`ingest` does for the events of ``chunks`` (every one of a partition in
+        ``partitions``; no settled positions), in one transaction, with the client's work
+        overlapping the server's: ``chunks`` is iterated (the caller decodes there) and each
+        chunk's statement is built while the server runs the previous one. All or nothing: any
+        error, a statement's or one ``chunks`` raises, rolls everything back and propagates;
+        no retry after a conflict (the caller falls back to :meth:`ingest`)."""
+        keys = sorted(set(partitions))
+        stored = seen = affected = 0
+        with self.transaction() as cur, Pipeline(cur) as pipe:
+            if keys:
+                pipe.send(lock_read_statement(cur, keys))
+            chunks = iter(chunks)
+            chunk = next(chunks, None)  # the first decode overlaps the lock
+            marks = create_missing_marks(cur, keys, marks_of(pipe.fetch())) if keys else {}
+            high = {partition: mark.high_water for partition, mark in marks.items()}
+            ledger = any(mark.ledger_high_water is not None for mark in marks.values())
+            while chunk is not None:
+                seen += len(chunk)
+                if ledger:
+                    affected += pipe.wait()  # the old ledger's statements (in _fresh) run one at a time
+                fresh = _fresh(cur, chunk, marks, high)
+                stored += len(fresh)
+                for statement in _upsert_statements(cur, fresh, now_ms):
+                    affected += pipe.wait()
+                    pipe.send(statement)
+                chunk = next(chunks, None)  # decoded while the server runs the last statement
+            affected += pipe.wait()
+            advance_marks(cur, {p: o for p, o in high.items() if o > marks[p].high_water})
+        return IngestCounts(stored=stored, coalesced=affected - stored, replayed=seen - stored)
 
     def ingest_redriven(self, events: Sequence[Event], now_ms: int) -> IngestCounts:
         """Store fixed poison events under their original positions, each exactly once: the
@@ -103,26 +133,8 @@ class BufferStore(Connection):
         with self.transaction() as cur:
             new = record_applied(cur, [(e.position.sort_key(), e.bucket) for e in unique])
             fresh = [e for e, is_new in zip(unique, new, strict=True) if is_new]
-            affected = self._upsert(cur, fresh, now_ms)
+            affected = sum(cur.execute(statement) for statement in _upsert_statements(cur, fresh, now_ms))
         return IngestCounts(stored=len(fresh), coalesced=affected - len(fresh), replayed=len(events) - len(fresh))
-
-    @staticmethod
-    def _upsert(cur, events: Sequence[Event], now_ms: int) -> int:
-        """Multi-row upsert of ``events``; returns the affected-rows count (2 per coalesced).
-        The row text is the ingest hot path: values are escaped inline, no wrapper per value."""
-        if not events:
-            return 0
-        esc = _string_escaper(cur.connection)
-        dumps = orjson.dumps
-        tail = f",{now_ms:d},{now_ms:d})"
-        affected = 0
-        for statement in _multi_row(_UPSERT_HEAD, _UPSERT_TAIL, (
-            f"({bucket_of(ts)},'{esc(group)}','{esc(item)}',X'{position.sort_key().hex()}','{esc(position.topic)}',"
-            f"{position.partition:d},{position.offset:d},{ts:d},'{esc(dumps(items).decode())}'{tail}"
-            for position, ts, group, item, items, _ in events
-        )):
-            affected += cur.execute(statement)
-        return affected
 
     def pending_group_stats(self, group_key: str | None = None) -> list[GroupStats]:
         """Statistics of PENDING rows per group (one group when ``group_key`` is given)."""
@@ -143,3 +155,55 @@ class BufferStore(Connection):
         with self.transaction() as cur:
             cur.execute("SELECT status, COUNT(*) AS n FROM buffer_rows GROUP BY status ORDER BY status")
             return {r["status"]: int(r["n"]) for r in cur.fetchall()}
+
+
+def _fresh(cur, events: Sequence[Event], marks: dict[Partition, Mark], high: dict[Partition, int]) -> list[Event]:
+    """The events of ``events`` that are not replays, raising ``high`` (the marks as of the
+    events before these) past them. Below a partition's old-ledger mark the ledger decides,
+    by statement (rare: re-deliveries of records from before the marks only)."""
+    fresh: list[Event] = []
+    ledger: list[Event] = []
+    for e in events:
+        topic, partition, offset = e.position
+        if offset > high[topic, partition]:
+            high[topic, partition] = offset
+            fresh.append(e)
+        elif marks[topic, partition].in_ledger_range(offset):
+            ledger.append(e)
+    if ledger:
+        new = record_applied(cur, [(e.position.sort_key(), e.bucket) for e in ledger])
+        fresh += [e for e, is_new in zip(ledger, new, strict=True) if is_new]
+    return fresh
+
+
+def _upsert_statements(cur, events: Sequence[Event], now_ms: int) -> Iterator[str]:
+    """Multi-row upserts of ``events``, each built when asked for; each one's affected-rows count
+    is 1 per new row and 2 per coalesced one. The row text is the ingest hot path: values are
+    escaped inline, no wrapper per value, and what repeats (a partition's topic and the start of
+    its position key, a group key) is escaped once per statement."""
+    if not events:
+        return
+    esc = _string_escaper(cur.connection)
+    dumps = orjson.dumps
+    tail = f",{now_ms:d},{now_ms:d})"
+    groups: dict[str, str] = {}
+    partitions: dict[Partition, tuple[str, str]] = {}
+
+    def partition_text(topic: str, partition: int) -> tuple[str, str]:
+        # the position key is sort_key(): topic, 0x00, partition (int32) then offset (int64), big-endian
+        text = partitions[topic, partition] = (f"X'{topic.encode().hex()}00{partition.to_bytes(4, 'big', signed=True).hex()}",
+                                               f"','{esc(topic)}',{partition:d},")
+        return text
+
+    def group_text(group: str) -> str:
+        text = groups[group] = esc(group)
+        return text
+
+    def row(event: Event) -> str:
+        (topic, partition, offset), ts, group, item, items, _ = event
+        key, columns = partitions.get((topic, partition)) or partition_text(topic, partition)
+        return (f"({bucket_of(ts)},'{groups[group] if group in groups else group_text(group)}','{esc(item)}',"
+                f"{key}{offset.to_bytes(8, 'big', signed=True).hex()}{columns}{offset:d},{ts:d},"
+                f"'{esc(dumps(items).decode())}'{tail}")
+
+    yield from _multi_row(_UPSERT_HEAD, _UPSERT_TAIL, map(row, events))

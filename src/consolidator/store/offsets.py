@@ -53,26 +53,45 @@ def _keys(quote, partitions: Iterable[Partition]) -> str:
 
 
 def lock_marks(cur, partitions: Iterable[Partition]) -> dict[Partition, Mark]:
-    """Create missing mark rows and lock every one of ``partitions`` until the transaction ends.
-    ON DUPLICATE KEY UPDATE takes an exclusive lock on an existing row (a plain INSERT IGNORE
-    would take a shared one, and two ingests upgrading it would deadlock)."""
-    quote = _string_quoter(cur.connection)
+    """Lock the mark rows of ``partitions`` until the transaction ends (creating missing ones)
+    and return their marks."""
     rows = sorted(set(partitions))
     if not rows:
         return {}
-    cur.execute(
-        "INSERT INTO partition_offsets (src_topic, src_partition, high_water) VALUES "
-        + ", ".join(f"({quote(t)},{p:d},-1)" for t, p in rows)
-        + " ON DUPLICATE KEY UPDATE high_water = high_water"
-    )
-    # A plain read after the lock: it starts its snapshot now, so it sees the last committed
-    # mark, and no other transaction can commit a new one while we hold the row.
-    cur.execute(
-        "SELECT src_topic, src_partition, high_water, ledger_high_water FROM partition_offsets"
-        f" WHERE (src_topic, src_partition) IN ({_keys(quote, rows)})"
-    )
-    return {(r["src_topic"], r["src_partition"]): Mark(r["high_water"], r["ledger_high_water"])
-            for r in cur.fetchall()}
+    cur.execute(lock_read_statement(cur, rows))
+    return create_missing_marks(cur, rows, marks_of(tuple(r.values()) for r in cur.fetchall()))
+
+
+_MARK_COLUMNS = "SELECT src_topic, src_partition, high_water, ledger_high_water FROM partition_offsets"
+
+
+def lock_read_statement(cur, partitions: list[Partition]) -> str:
+    """Read and lock the existing mark rows of ``partitions`` (sorted, not empty), in key order,
+    so two ingests cannot deadlock on them. A locking read sees the last committed mark, and no
+    other transaction can commit a new one while we hold the row."""
+    # FORCE INDEX: a scan of this small table would wait on other partitions' locked rows
+    return (f"{_MARK_COLUMNS} FORCE INDEX (PRIMARY) WHERE (src_topic, src_partition)"
+            f" IN ({_keys(_string_quoter(cur.connection), partitions)}) ORDER BY src_topic, src_partition FOR UPDATE")
+
+
+def marks_of(rows: Iterable[tuple]) -> dict[Partition, Mark]:
+    """The marks of ``lock_read_statement``'s rows (as tuples)."""
+    return {(topic, partition): Mark(high, ledger) for topic, partition, high, ledger in rows}
+
+
+def create_missing_marks(cur, partitions: list[Partition], marks: dict[Partition, Mark]) -> dict[Partition, Mark]:
+    """``marks`` when every one of ``partitions`` has a row; else create the missing rows (the
+    first ingest of a partition), lock them all and read them again. ON DUPLICATE KEY UPDATE takes
+    an exclusive lock on an existing row (INSERT IGNORE would take a shared one, and two ingests
+    upgrading it would deadlock); two ingests creating one row serialise on it."""
+    if len(marks) == len(partitions):
+        return marks
+    quote = _string_quoter(cur.connection)
+    cur.execute("INSERT INTO partition_offsets (src_topic, src_partition, high_water) VALUES "
+                + ", ".join(f"({quote(t)},{p:d},-1)" for t, p in partitions)
+                + " ON DUPLICATE KEY UPDATE high_water = high_water")
+    cur.execute(lock_read_statement(cur, partitions))
+    return marks_of(tuple(r.values()) for r in cur.fetchall())
 
 
 def advance_marks(cur, marks: dict[Partition, int]) -> None:
