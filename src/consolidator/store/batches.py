@@ -1,5 +1,10 @@
 """Batches: claim PENDING rows under one batch id, count failed publishes, mark SENT or DEAD, revive.
-Rows change state only through statements that name the state they expect."""
+Rows change state only through statements that name the state they expect.
+
+One row write per flush: the claim is the only write of a buffer row (PENDING -> CLAIMED with
+its batch id). SENT and DEAD live on the ``batches`` row; a row whose status is CLAIMED is in its
+batch's state (CLAIMED, SENT, DEAD, or EXPIRED for an expiry record, whose rows are also marked
+EXPIRED themselves). Rows marked SENT by a version before schema 7 keep that status."""
 
 from __future__ import annotations
 
@@ -119,21 +124,21 @@ class BatchStore(Connection):
             )
             return [r["batch_id"] for r in cur.fetchall()]
 
-    def load_batch(self, batch_id_: str, *, state: str = "CLAIMED") -> ClaimedBatch | None:
-        """The batch and its member rows, if it is in ``state``."""
+    def load_batch(self, batch_id_: str) -> ClaimedBatch | None:
+        """The batch and its member rows (the rows carrying its id), if it is CLAIMED."""
         with self.transaction() as cur:
             cur.execute(
                 "SELECT group_key, flush_reason, claimed_at_ms, attempts, held_back_ms FROM batches"
-                " WHERE batch_id = %s AND state = %s AND kind = 'batch'",
-                (batch_id_, state),
+                " WHERE batch_id = %s AND state = 'CLAIMED' AND kind = 'batch'",
+                (batch_id_,),
             )
             head = cur.fetchone()
             if head is None:
                 return None
             cur.execute(
-                f"SELECT {MEMBER_COLUMNS} FROM buffer_rows WHERE batch_id = %s AND status = %s"
+                f"SELECT {MEMBER_COLUMNS} FROM buffer_rows WHERE batch_id = %s AND status = 'CLAIMED'"
                 " ORDER BY first_seen_ms, pos_key",
-                (batch_id_, "DEAD" if state == "DEAD" else state),
+                (batch_id_,),
             )
             members = tuple(_member(r) for r in cur.fetchall())
         return ClaimedBatch(
@@ -157,25 +162,20 @@ class BatchStore(Connection):
             return int(cur.fetchone()["attempts"])
 
     def mark_sent(self, batch_id_: str, now_ms: int) -> bool:
-        """CLAIMED -> SENT for the batch and its rows; False when it was not CLAIMED any more."""
+        """CLAIMED -> SENT for the batch (its rows follow it); False when it was not CLAIMED any more."""
         return self._finish(batch_id_, "SENT", now_ms, None)
 
     def mark_dead(self, batch_id_: str, now_ms: int, error: str) -> bool:
-        """CLAIMED -> DEAD for the batch and its rows (after the dead-letter write succeeded)."""
+        """CLAIMED -> DEAD for the batch (its rows follow it), after the dead-letter write succeeded."""
         return self._finish(batch_id_, "DEAD", now_ms, error)
 
     def _finish(self, batch_id_: str, state: str, now_ms: int, error: str | None) -> bool:
         with self.transaction() as cur:
             changed = cur.execute(
                 "UPDATE batches SET state = %s, finished_at_ms = %s, last_error = COALESCE(%s, last_error)"
-                " WHERE batch_id = %s AND state = 'CLAIMED'",
+                " WHERE batch_id = %s AND state = 'CLAIMED' AND kind = 'batch'",
                 (state, now_ms, None if error is None else error[:1024], batch_id_),
             )
-            if changed:
-                cur.execute(
-                    "UPDATE buffer_rows SET status = %s WHERE batch_id = %s AND status = 'CLAIMED'",
-                    (state, batch_id_),
-                )
         return bool(changed)
 
     def begin_publish(self, batch_ids: Sequence[str], now_ms: int) -> dict[str, int]:
@@ -198,13 +198,14 @@ class BatchStore(Connection):
 
     def mark_sent_many(self, batch_ids: Sequence[str], now_ms: int) -> set[str]:
         """:meth:`mark_sent` for several batches in one transaction; returns the ids that were
-        CLAIMED and are now SENT (the others were finished elsewhere and are left alone)."""
+        CLAIMED and are now SENT (the others were finished elsewhere and are left alone).
+        Writes the batch rows only: a member row's state is its batch's."""
         if not batch_ids:
             return set()
         marks = ", ".join(["%s"] * len(batch_ids))
         with self.transaction() as cur:
             cur.execute(
-                f"SELECT batch_id FROM batches WHERE state = 'CLAIMED' AND batch_id IN ({marks})"
+                f"SELECT batch_id FROM batches WHERE state = 'CLAIMED' AND kind = 'batch' AND batch_id IN ({marks})"
                 " ORDER BY batch_id FOR UPDATE",
                 tuple(batch_ids),
             )
@@ -216,26 +217,17 @@ class BatchStore(Connection):
                     f" AND batch_id IN ({marks})",
                     (now_ms, *claimed),
                 )
-                cur.execute(
-                    f"UPDATE buffer_rows SET status = 'SENT' WHERE status = 'CLAIMED' AND batch_id IN ({marks})",
-                    tuple(claimed),
-                )
         return set(claimed)
 
     def revive_dead_batch(self, batch_id_: str) -> bool:
-        """DEAD -> CLAIMED with attempts reset, so the next flush tick re-publishes it under
-        the same batch id (dead-letter redrive)."""
+        """DEAD -> CLAIMED with attempts reset (its rows follow it), so the next flush tick
+        re-publishes it under the same batch id (dead-letter redrive)."""
         with self.transaction() as cur:
             changed = cur.execute(
                 "UPDATE batches SET state = 'CLAIMED', attempts = 0, finished_at_ms = NULL"
-                " WHERE batch_id = %s AND state = 'DEAD'",
+                " WHERE batch_id = %s AND state = 'DEAD' AND kind = 'batch'",
                 (batch_id_,),
             )
-            if changed:
-                cur.execute(
-                    "UPDATE buffer_rows SET status = 'CLAIMED' WHERE batch_id = %s AND status = 'DEAD'",
-                    (batch_id_,),
-                )
         return bool(changed)
 
     def batch_counts(self) -> dict[str, int]:
