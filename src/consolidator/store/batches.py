@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
+import pymysql
 
 from consolidator.batch import Member, batch_id, fitting_prefix
 from consolidator.errors import StoreError
@@ -35,18 +36,30 @@ class ClaimedBatch:
 
 MEMBER_COLUMNS = ("src_topic, src_partition, src_offset, item_id, items, first_seen_ms, last_update_ms,"
                   " merged_events, record_ts_ms")
+# The claim's hot read (one per row flushed): the numbers in one text field, read by a tuple
+# cursor. The driver decodes each field in Python, so 4 fields instead of 11 halve its work.
+_CLAIM_COLUMNS = ("CONCAT_WS(' ', id, bucket, src_partition, src_offset, first_seen_ms, last_update_ms,"
+                  " merged_events, record_ts_ms), src_topic, item_id, items")
+_position, _make_member = SourcePosition._make, Member._make
 
 
 def _member(row: dict) -> Member:
-    return Member(
-        position=SourcePosition(row["src_topic"], row["src_partition"], row["src_offset"]),
-        item_id=row["item_id"],
-        items=tuple((sku, qty) for sku, qty in orjson.loads(row["items"])),
-        first_seen_ms=row["first_seen_ms"],
-        last_update_ms=row["last_update_ms"],
-        merged_events=row["merged_events"],
-        record_ts_ms=row["record_ts_ms"],
-    )
+    return _make_member((
+        _position((row["src_topic"], row["src_partition"], row["src_offset"])), row["item_id"],
+        tuple(map(tuple, orjson.loads(row["items"]))), row["first_seen_ms"], row["last_update_ms"],
+        row["merged_events"], row["record_ts_ms"],
+    ))
+
+
+def _claim_rows_read(rows: Sequence[tuple]) -> tuple[list[str], tuple[Member, ...]]:
+    """The ``(id, bucket)`` key texts and the members of rows read with ``_CLAIM_COLUMNS``."""
+    keys, members = [], []
+    for numbers, topic, item_id, items in rows:
+        id_, bucket, partition, offset, first, last, merged, ts = map(int, numbers.split(" "))
+        keys.append(f"({id_:d},{bucket:d})")
+        members.append(_make_member((_position((topic, partition, offset)), item_id,
+                                     tuple(map(tuple, orjson.loads(items))), first, last, merged, ts)))
+    return keys, tuple(members)
 
 
 class BatchStore(Connection):
@@ -82,35 +95,35 @@ class BatchStore(Connection):
                     expired_before_ms: int | None, rate: tuple[RateLimit, RateState] | None,
                     max_bytes: int | None) -> ClaimedBatch | None:
         live, cutoff = ("", ()) if expired_before_ms is None else (" AND record_ts_ms >= %s", (expired_before_ms,))
-        cur.execute(
-            f"SELECT id, bucket, {MEMBER_COLUMNS} FROM buffer_rows"
-            f" WHERE status = 'PENDING' AND group_key = %s{live}"
-            " ORDER BY first_seen_ms, pos_key LIMIT %s FOR UPDATE SKIP LOCKED",
-            (group_key, *cutoff, limit),
-        )
-        rows = cur.fetchall()
-        if not rows:
+        with cur.connection.cursor(pymysql.cursors.Cursor) as plain:  # tuples: no dict per row
+            plain.execute(
+                f"SELECT {_CLAIM_COLUMNS} FROM buffer_rows"
+                f" WHERE status = 'PENDING' AND group_key = %s{live}"
+                " ORDER BY first_seen_ms, pos_key LIMIT %s FOR UPDATE SKIP LOCKED",
+                (group_key, *cutoff, limit),
+            )
+            keys, members = _claim_rows_read(plain.fetchall())
+        if not members:
             return None
-        members = tuple(_member(r) for r in rows)
         cut = False
         if max_bytes is not None:
             taken = fitting_prefix(group_key, members, reason, now_ms, max_bytes)
-            cut = taken < len(rows)
-            rows, members = rows[:taken], members[:taken]
+            cut = taken < len(members)
+            keys, members = keys[:taken], members[:taken]
         new_id = batch_id(group_key, (m.position for m in members))
-        pairs = [(r["id"], r["bucket"]) for r in rows]
+        # the claim is the row's only write in a flush; the keys are integers formatted above
         updated = cur.execute(
             "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
-            f" AND (id, bucket) IN ({', '.join(['(%s, %s)'] * len(pairs))})",
-            (new_id, *[v for pair in pairs for v in pair]),
+            f" AND (id, bucket) IN ({','.join(keys)})",
+            (new_id,),
         )
-        if updated != len(rows):
-            raise StoreError(f"claim of {group_key!r} raced: {updated} of {len(rows)} rows still PENDING")
+        if updated != len(members):
+            raise StoreError(f"claim of {group_key!r} raced: {updated} of {len(members)} rows still PENDING")
         held = 0 if rate is None else rate_admit(cur, group_key, rate[1], rate[0], now_ms)
         cur.execute(
             "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms,"
             " held_back_ms) VALUES (%s, %s, 'CLAIMED', %s, %s, %s, %s)",
-            (new_id, group_key, str(reason), len(rows), now_ms, held),
+            (new_id, group_key, str(reason), len(members), now_ms, held),
         )
         return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut=cut, held_back_ms=held)
 
