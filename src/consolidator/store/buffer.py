@@ -130,12 +130,12 @@ class BufferStore(Connection):
         with self.transaction() as cur:
             cur.execute(
                 "SELECT group_key, COUNT(*) AS pending, MIN(first_seen_ms) AS oldest,"
-                " MAX(last_update_ms) AS newest FROM buffer_rows"
+                " MAX(last_update_ms) AS newest, MIN(record_ts_ms) AS oldest_ts FROM buffer_rows"
                 f" WHERE status = 'PENDING' {where} GROUP BY group_key ORDER BY group_key",
                 args,
             )
             return [
-                GroupStats(r["group_key"], int(r["pending"]), int(r["oldest"]), int(r["newest"]))
+                GroupStats(r["group_key"], int(r["pending"]), int(r["oldest"]), int(r["newest"]), int(r["oldest_ts"]))
                 for r in cur.fetchall()
             ]
 
