@@ -148,7 +148,8 @@ class BufferStore(Connection):
                 "SELECT 'row' AS part, status AS state, COUNT(*) AS n FROM buffer_rows GROUP BY status"
                 " UNION ALL"
                 " SELECT 'batch', b.state, COUNT(*) FROM batches b STRAIGHT_JOIN buffer_rows r"
-                " ON r.batch_id = b.batch_id WHERE b.state IN ('CLAIMED', 'DEAD') AND r.status = 'CLAIMED'"
+                " ON r.batch_id = CONVERT(b.batch_id USING ascii)"  # ascii like r.batch_id: ix_batch is used
+                " WHERE b.state IN ('CLAIMED', 'DEAD') AND r.status = 'CLAIMED'"
                 " GROUP BY b.state"
             )
             found = [(r["part"], r["state"], int(r["n"])) for r in cur.fetchall()]
