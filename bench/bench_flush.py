@@ -40,7 +40,7 @@ from consolidator.sinks.kafka import KafkaSink
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 T0 = 1_795_000_000_000
-TARGET = 0.5
+TARGET = 0.8  # one row write per flushed row, as the floor (issue 13)
 LIMITED_TARGET = 0.9
 
 

@@ -24,7 +24,7 @@ class Snapshot:
     acknowledged: set[Position]  # committed by the event-source emulator
     output_raw: bytes  # the file sink's bytes, as written
     dead_letter_raw: bytes  # the file dead letter's bytes, as written
-    rows: list[dict] = field(default_factory=list)  # buffer rows: position, group, item, status, batch id
+    rows: list[dict] = field(default_factory=list)  # buffer rows: position, group, item, effective state (status), batch id
     batches: list[dict] = field(default_factory=list)  # batches: batch_id, group_key, state, last_error, claimed_at_ms
     rate_limit: tuple[int, int] | None = None  # (batches, period ms) every group was limited to
     completions_raw: bytes | None = None  # the completion sink's bytes, when tracking was on

@@ -274,7 +274,10 @@ class Run:
         deadline = time.monotonic() + timeout_s
         redriven = False
         while time.monotonic() < deadline:
-            counts = self.query("SELECT status, COUNT(*) AS n FROM buffer_rows GROUP BY status ORDER BY status")
+            counts = self.query(  # a CLAIMED row is in its batch's state
+                "SELECT COALESCE(b.state, r.status) AS status, COUNT(*) AS n FROM buffer_rows r"
+                " LEFT JOIN batches b ON r.status = 'CLAIMED' AND b.batch_id = r.batch_id"
+                " GROUP BY COALESCE(b.state, r.status) ORDER BY 1")
             states = self.query("SELECT state, COUNT(*) AS n FROM batches GROUP BY state ORDER BY state")
             open_rows = {r["status"]: r["n"] for r in counts if r["status"] in ("PENDING", "CLAIMED")}
             claimed = {r["state"]: r["n"] for r in states if r["state"] == "CLAIMED"}
@@ -314,8 +317,8 @@ class Run:
 
         rows = self.query(
             "SELECT r.src_topic, r.src_partition, r.src_offset, r.group_key, r.item_id, r.batch_id,"
-            " CASE WHEN b.state IS NOT NULL THEN b.state ELSE r.status END AS status"
-            " FROM buffer_rows r LEFT JOIN batches b ON b.batch_id = r.batch_id"
+            " COALESCE(b.state, r.status) AS status"  # a CLAIMED row is in its batch's state
+            " FROM buffer_rows r LEFT JOIN batches b ON r.status = 'CLAIMED' AND b.batch_id = r.batch_id"
             " ORDER BY r.src_topic, r.src_partition, r.src_offset")
         batches = self.query("SELECT batch_id, group_key, state, last_error, claimed_at_ms, kind FROM batches"
                              " ORDER BY batch_id")

@@ -25,6 +25,12 @@ def sql(store: MySQLStore, statement: str, args=None) -> list[dict]:
         return list(cur.fetchall())
 
 
+# A buffer row's effective state: its status, except that a CLAIMED row is in its batch's state
+# (SENT and DEAD are written on the batch only). Select ``STATE AS status FROM ROWS`` (alias r).
+STATE = "COALESCE(b.state, r.status)"
+ROWS = "buffer_rows r LEFT JOIN batches b ON r.status = 'CLAIMED' AND b.batch_id = r.batch_id"
+
+
 def order_value(location: str = "WH-42", order: str = "A001", items=(("SKU-1", 2),), **extra) -> bytes:
     body = {"location_id": location, "order_id": order,
             "items": [{"sku": s, "quantity": q} for s, q in items], **extra}

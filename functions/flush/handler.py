@@ -5,7 +5,8 @@ from functools import cache
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 
-from consolidator.services.flush import FlushService, build_flush_service
+from consolidator.services.flush import FlushService
+from consolidator.services.flush_setup import build_flush_service
 from consolidator.settings import FlushSettings, load_settings
 
 logger = Logger(service="consolidator-flush")

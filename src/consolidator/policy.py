@@ -79,6 +79,7 @@ class GroupStats(NamedTuple):
     pending: int
     oldest_first_seen_ms: int
     newest_update_ms: int
+    oldest_record_ts_ms: int | None = None  # oldest newest-event record timestamp (TTL); None: unknown
 
 
 class PendingRow(Protocol):

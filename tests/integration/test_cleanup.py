@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from support import T0, record, sql
+from support import ROWS, STATE, T0, record, sql
 
 from consolidator.events import FieldNames, decode, months_after
 from consolidator.lambda_context import LocalLambdaContext
@@ -83,7 +83,7 @@ def test_refuses_to_drop_a_partition_with_one_unsent_row(store, clock, state):
     assert report.dropped == []
     assert [(r.partition, r.unsent_rows) for r in report.refused] == [("p202610", 1)]
     assert "p202610" in names(store)
-    rows = sql(store, "SELECT item_id, status FROM buffer_rows ORDER BY item_id")
+    rows = sql(store, f"SELECT item_id, {STATE} AS status FROM {ROWS} ORDER BY item_id")
     assert [(r["item_id"], r["status"]) for r in rows] == [("A001", "SENT"), ("A002", "SENT"), ("A003", state)]
 
     # The refusal is stable (nothing changes), and once the row is sent the drop happens.

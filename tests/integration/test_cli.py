@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import record, sql
+from support import ROWS, STATE, record, sql
 from typer.testing import CliRunner
 
 from consolidator.cli import app
@@ -286,7 +286,7 @@ def test_dlq_redrive_batches_republishes_dead_batches_once(flush_env, migrated, 
     published = [json.loads(line) for line in (tmp_path / "batches.jsonl").read_text().splitlines()]
     assert batch.batch_id in {p["batch_id"] for p in published}
     assert migrated.batch_counts().get("DEAD", 0) == 0
-    assert sql(migrated, "SELECT status FROM buffer_rows WHERE batch_id = %s", (batch.batch_id,)) == [
+    assert sql(migrated, f"SELECT {STATE} AS status FROM {ROWS} WHERE r.batch_id = %s", (batch.batch_id,)) == [
         {"status": "SENT"}, {"status": "SENT"}]
 
     second = cli_json(flush_env, "dlq", "redrive", "--batches")

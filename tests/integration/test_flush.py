@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import redis
-from support import REDIS_URL, record, sql
+from support import REDIS_URL, ROWS, STATE, record, sql
 
 from consolidator.batch import load_schema
 from consolidator.clock import ManualClock
@@ -91,7 +91,7 @@ def assert_invariants(store: MySQLStore, messages: list[dict], ingested_events: 
         for m in message["members"]:
             position = (m["topic"], m["partition"], m["offset"])
             assert owner.setdefault(position, bid) == bid, f"D violated: {position} under two batch ids"
-    rows = sql(store, "SELECT status, batch_id, src_topic, src_partition, src_offset FROM buffer_rows")
+    rows = sql(store, f"SELECT {STATE} AS status, r.batch_id, src_topic, src_partition, src_offset FROM {ROWS}")
     assert [r for r in rows if r["status"] in ("PENDING", "CLAIMED")] == [], "S: rows left unsent"
     for r in rows:  # B: every row's batch id is the one whose message lists it
         assert owner[(r["src_topic"], r["src_partition"], r["src_offset"])] == r["batch_id"]

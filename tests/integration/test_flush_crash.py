@@ -49,7 +49,7 @@ class CrashingStore(MySQLStore):
             def execute_then_maybe_die(statement, args=None):
                 result = execute(statement, args)
                 if statement.startswith("UPDATE batches SET state"):
-                    self._fire("during_mark")  # batches row updated, buffer rows not yet: rollback
+                    self._fire("during_mark")  # batch rows updated, not committed: rollback
                 return result
 
             cursor.execute = execute_then_maybe_die

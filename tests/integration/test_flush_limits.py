@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import jsonschema
-from support import T0, record, sql
+from support import ROWS, STATE, T0, record, sql
 from test_flush import RecordingSink, ingest
 
 from consolidator.batch import load_schema
@@ -75,8 +75,8 @@ def assert_accounted(store: MySQLStore, messages: list[dict], expired: list[dict
         assert entry["reason"] == "expired" and entry["kind"] == "expired"
         s = entry["source"]
         gone[(s["topic"], s["partition"], s["offset"])] = entry
-    rows = sql(store, "SELECT status, batch_id, src_topic, src_partition, src_offset, merged_events"
-                      " FROM buffer_rows")
+    rows = sql(store, f"SELECT {STATE} AS status, r.batch_id, src_topic, src_partition, src_offset, merged_events"
+                      f" FROM {ROWS}")
     assert [r for r in rows if r["status"] in ("PENDING", "CLAIMED")] == [], "S: rows left"
     for r in rows:
         position = (r["src_topic"], r["src_partition"], r["src_offset"])
@@ -204,7 +204,7 @@ def test_events_over_the_ttl_are_dead_lettered_and_survive_a_dead_letter_outage(
     clock.advance(MINUTE)  # idle: due
     report = service.tick()
     assert report.expired == 0 and dead.read() == []
-    assert sorted(sql(store, "SELECT item_id, status FROM buffer_rows WHERE item_id LIKE 'OLD%'"),
+    assert sorted(sql(store, f"SELECT item_id, {STATE} AS status FROM {ROWS} WHERE item_id LIKE 'OLD%'"),
                   key=lambda r: r["item_id"]) == [{"item_id": f"OLD{i}", "status": "CLAIMED"} for i in range(4)]
     assert store.batch_counts() == {"CLAIMED": 2, "SENT": 2}  # two expiry records, two batches
     published = {i for m in sink.messages() for i in m["item_ids"]}

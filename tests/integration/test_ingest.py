@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
-from support import T0, record, sql
+from support import ROWS, STATE, T0, record, sql
 
 from consolidator.deadletter import FileDeadLetter, SqsDeadLetter
 from consolidator.errors import StoreConflict
@@ -89,8 +89,8 @@ def test_s3_event_after_claim_or_send_starts_a_new_pending_row(service, store, c
         assert store.mark_sent(batch.batch_id, clock.now_ms())
     clock.advance(10)
     service.ingest([record(2, order="A", items=(("LATE", 9),))])
-    rows = sql(store, ALL_ROWS)
-    assert [(r["status"], r["src_offset"]) for r in rows] == [(finish or "CLAIMED", 1), ("PENDING", 2)]
+    rows = sql(store, f"SELECT r.*, {STATE} AS state FROM {ROWS} ORDER BY r.id")
+    assert [(r["state"], r["src_offset"]) for r in rows] == [(finish or "CLAIMED", 1), ("PENDING", 2)]
     assert rows[1]["first_seen_ms"] == T0 + 10
 
 

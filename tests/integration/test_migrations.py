@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from support import T0, record, sql
+from support import ROWS, STATE, T0, record, sql
 
 from consolidator.events import FieldNames, bucket_of, decode
 from consolidator.policy import FlushReason
@@ -31,5 +31,5 @@ def test_upgrade_from_version_1_keeps_rows_and_they_flush(database_url, monkeypa
     batch = store.claim("WH-42", FlushReason.IDLE, 10, T0)
     assert sorted(m.item_id for m in batch.members) == ["A", "A "]
     assert store.mark_sent(batch.batch_id, T0)
-    assert sql(store, "SELECT status, COUNT(*) AS n FROM buffer_rows GROUP BY status") == [{"status": "SENT", "n": 2}]
+    assert sql(store, f"SELECT {STATE} AS status, COUNT(*) AS n FROM {ROWS} GROUP BY 1") == [{"status": "SENT", "n": 2}]
     store.close()

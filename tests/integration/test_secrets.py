@@ -8,7 +8,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from consolidator.services.flush import build_flush_service
+from consolidator.services.flush_setup import build_flush_service
 from consolidator.settings import FlushSettings, load_settings
 from consolidator.store import open_store
 

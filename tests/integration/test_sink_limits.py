@@ -17,7 +17,7 @@ from consolidator.deadletter import SqsDeadLetter, dead_batch_entry
 from consolidator.errors import ConfigurationError
 from consolidator.events import FieldNames, decode
 from consolidator.policy import FlushReason, Policy
-from consolidator.services.flush import batch_bytes_cap
+from consolidator.services.flush_setup import batch_bytes_cap
 from consolidator.sinks import OutgoingBatch, sink_from_url
 from consolidator.sinks.eventbridge import MAX_REQUEST_BYTES, EventBridgeSink
 from consolidator.sinks.file import FileSink

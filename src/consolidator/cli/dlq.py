@@ -172,7 +172,7 @@ def dlq_redrive(
                     say_error("not deleted (a second redrive is a no-op and deletes them)",
                               document["dead_letter"]["delete_failed"])
     if batches:
-        from consolidator.services.flush import build_flush_service
+        from consolidator.services.flush_setup import build_flush_service
 
         s = load_settings("FlushSettings")
         service = build_flush_service(s)

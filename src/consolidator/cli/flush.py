@@ -83,7 +83,7 @@ def flush(
     if dry_run:
         _dry_run(as_json)
         return
-    from consolidator.services.flush import build_flush_service
+    from consolidator.services.flush_setup import build_flush_service
 
     s = load_settings("FlushSettings")
     service = build_flush_service(s)

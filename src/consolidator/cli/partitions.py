@@ -97,8 +97,8 @@ def partitions_drop(
         "--force", help="Allow naming a partition within the retention (its rows and applied positions go).")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Drop partitions that hold no PENDING or CLAIMED row. Refuses (exit 1) otherwise and
-    says how many unsent rows block the drop."""
+    """Drop partitions that hold no unsent row (PENDING, or CLAIMED under a batch still CLAIMED).
+    Refuses (exit 1) otherwise and says how many unsent rows block the drop."""
     if not names and not expired_only:
         raise typer.BadParameter("name partitions to drop or pass --expired", param_hint="NAMES")
     from consolidator.services.cleanup import expired
@@ -131,7 +131,7 @@ def partitions_drop(
         for name in dropped:
             out.print(f"dropped {name}")
         for r in refused:
-            say_error("refused", f"{r['partition']} holds {r['unsent_rows']} unsent (PENDING/CLAIMED) rows")
+            say_error("refused", f"{r['partition']} holds {r['unsent_rows']} unsent (PENDING or in a CLAIMED batch) rows")
         for e in errors:
             say_error("not dropped", f"{e['partition']}: {e['error']}")
         if not targets:

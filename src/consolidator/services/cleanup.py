@@ -4,8 +4,9 @@ Guarantees:
 - every month from the clock's month through ``partitions_ahead`` months later has its own
   partition after a run (the MAXVALUE partition is split; it is never dropped);
 - a partition is dropped only when all of its months are older than ``retention_months``
-  before the clock's month AND no row in it is PENDING or CLAIMED (checked and dropped under
-  a table write lock by the store), so a drop never loses an unsent row;
+  before the clock's month AND no row in it is unsent: PENDING, or CLAIMED under a batch that
+  is still CLAIMED (checked and dropped under table locks by the store), so a drop never loses
+  an unsent row;
 - a refused drop is reported with the number of unsent rows that blocked it;
 - idempotent: a second run at the same time creates and drops nothing.
 - completion trackers (when ``completion_max_age_ms`` is set): those whose completion was

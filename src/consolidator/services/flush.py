@@ -22,7 +22,6 @@ Guarantees (docs/semantics.md sections 5 and 9):
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from consolidator.batch import build_message, encode
 from consolidator.clock import Clock
 from consolidator.deadletter import DeadLetter, dead_batch_entry
-from consolidator.errors import ConfigurationError, LockUnavailable, StoreError
+from consolidator.errors import LockUnavailable, StoreError
 from consolidator.lock import RedisLock
 from consolidator.policy import (
     FlushReason,
@@ -170,13 +169,15 @@ class FlushService:
         limits = self._limits() if stats else {}
         cutoff = expiry_cutoff_ms(now, self.policy)
         for group, reason in due_groups(stats, now, self.policy):
-            if cutoff is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
+            known = group.pending  # PENDING rows as of the stats: rows ingested later wait a tick
+            if (cutoff is not None and (group.oldest_record_ts_ms is None or group.oldest_record_ts_ms < cutoff)
+                    and rows < self.max_rows_per_tick and self._time_left(remaining_ms)):
                 claimed, expired = self._expiry().expire_group(group.group_key, cutoff, now)
                 report.expired += expired
                 if claimed:
                     rows += claimed
                     left = self.store.pending_group_stats(group.group_key)
-                    reason = due_reason(left[0], now, self.policy) if left else None
+                    reason, known = (due_reason(left[0], now, self.policy), left[0].pending) if left else (None, 0)
             rate = self._limit(limits, group.group_key)
             limit = self.policy.max_batch_size  # rows left in this claim (a cut claim continues)
             while reason is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
@@ -202,6 +203,7 @@ class FlushService:
                 log.info("batch claimed", extra={"batch_id": batch.batch_id, "group_key": batch.group_key,
                                                  "reason": str(reason), "size": len(batch.members)})
                 rows += len(batch.members)
+                known -= len(batch.members)
                 outbox.append(batch)
                 if len(outbox) >= self.publish_chunk:
                     self._deliver(outbox, report)
@@ -213,8 +215,10 @@ class FlushService:
                 elif len(batch.members) < limit:
                     break  # the group had no more PENDING rows we could take
                 limit = self.policy.max_batch_size
+                if known <= 0:
+                    break  # every row the stats counted is claimed: no query for what is left
                 left = self.store.pending_group_stats(group.group_key)
-                reason = due_reason(left[0], now, self.policy) if left else None
+                reason, known = (due_reason(left[0], now, self.policy), left[0].pending) if left else (None, 0)
         self._deliver(outbox, report)
 
     def _republish(self, report: TickReport, now: int, remaining_ms: Callable[[], int] | None) -> int:
@@ -393,40 +397,3 @@ class FlushService:
             if wait_ms:
                 sleep(wait_ms / 1000)
         return reports
-
-
-def batch_bytes_cap(configured: int | None, sink: Sink) -> int:
-    """CONSOLIDATOR_MAX_BATCH_BYTES, or the sink's per-message limit when unset; a cap above
-    that limit would only make batches the sink must refuse, so it is a configuration error."""
-    if configured is None:
-        return sink.max_message_bytes
-    if configured > sink.max_message_bytes:
-        raise ConfigurationError(
-            f"invalid configuration: CONSOLIDATOR_MAX_BATCH_BYTES ({configured}) is over the sink's "
-            f"per-message limit ({sink.max_message_bytes} bytes); lower it or leave it unset")
-    return configured
-
-
-def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> FlushService:
-    """Wire the service from :class:`~consolidator.settings.FlushSettings`."""
-    from consolidator.aws_secrets import secret_string
-    from consolidator.clock import SystemClock
-    from consolidator.deadletter import dead_letter_from_url
-    from consolidator.sinks import sink_from_url
-    from consolidator.store import open_store
-
-    sink = sink_from_url(settings.sink_url)
-    return FlushService(
-        store=open_store(settings.database_url, settings.database_secret_arn),
-        sink=sink,
-        dead_letter=dead_letter_from_url(settings.dead_letter_url),
-        policy=dataclasses.replace(settings.policy(), max_batch_bytes=batch_bytes_cap(settings.max_batch_bytes, sink)),
-        clock=clock or SystemClock(),
-        max_attempts=settings.max_attempts,
-        max_rows_per_tick=settings.max_rows_per_tick,
-        metrics=metrics or NoMetrics(),
-        lock=RedisLock.from_url(settings.redis_url, ttl_ms=round(settings.lock_ttl_seconds * 1000),
-                                password=secret_string(arn) if (arn := settings.redis_auth_secret_arn) else None),
-        completion_tracking=settings.completion_tracking,
-    )
-

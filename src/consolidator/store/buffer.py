@@ -6,7 +6,7 @@ Guarantees:
 - S2: a newer event (by source position) replaces a PENDING row's items; last-update moves
   forward, first-seen never moves;
 - S3/S4: ``pending_slot`` is 1 only while a row is PENDING, so the unique key allows one
-  PENDING row per (bucket, group, item) and any number of CLAIMED/SENT/DEAD ones.
+  PENDING row per (bucket, group, item) and any number of claimed ones (whatever their batch's state).
 """
 
 from __future__ import annotations
@@ -142,19 +142,36 @@ class BufferStore(Connection):
         with self.transaction() as cur:
             cur.execute(
                 "SELECT group_key, COUNT(*) AS pending, MIN(first_seen_ms) AS oldest,"
-                " MAX(last_update_ms) AS newest FROM buffer_rows"
+                " MAX(last_update_ms) AS newest, MIN(record_ts_ms) AS oldest_ts FROM buffer_rows"
                 f" WHERE status = 'PENDING' {where} GROUP BY group_key ORDER BY group_key",
                 args,
             )
             return [
-                GroupStats(r["group_key"], int(r["pending"]), int(r["oldest"]), int(r["newest"]))
+                GroupStats(r["group_key"], int(r["pending"]), int(r["oldest"]), int(r["newest"]), int(r["oldest_ts"]))
                 for r in cur.fetchall()
             ]
 
     def row_counts(self) -> dict[str, int]:
+        """Rows per effective state: a CLAIMED row is in its batch's state (CLAIMED, SENT, DEAD).
+        One statement (one snapshot): the rows per status, and the CLAIMED rows of the batches
+        still CLAIMED or DEAD (few; found by batch id); the other CLAIMED rows are SENT."""
         with self.transaction() as cur:
-            cur.execute("SELECT status, COUNT(*) AS n FROM buffer_rows GROUP BY status ORDER BY status")
-            return {r["status"]: int(r["n"]) for r in cur.fetchall()}
+            cur.execute(
+                "SELECT 'row' AS part, status AS state, COUNT(*) AS n FROM buffer_rows GROUP BY status"
+                " UNION ALL"
+                " SELECT 'batch', b.state, COUNT(*) FROM batches b STRAIGHT_JOIN buffer_rows r"
+                " ON r.batch_id = CONVERT(b.batch_id USING ascii)"  # ascii like r.batch_id: ix_batch is used
+                " WHERE b.state IN ('CLAIMED', 'DEAD') AND r.status = 'CLAIMED'"
+                " GROUP BY b.state"
+            )
+            found = [(r["part"], r["state"], int(r["n"])) for r in cur.fetchall()]
+        counts = {state: n for part, state, n in found if part == "row"}
+        live = {state: n for part, state, n in found if part == "batch"}
+        finished = counts.pop("CLAIMED", 0) - sum(live.values())
+        counts["SENT"] = counts.get("SENT", 0) + finished
+        counts["DEAD"] = counts.get("DEAD", 0) + live.get("DEAD", 0)
+        counts["CLAIMED"] = live.get("CLAIMED", 0)
+        return {state: n for state, n in sorted(counts.items()) if n}
 
 
 def _fresh(cur, events: Sequence[Event], marks: dict[Partition, Mark], high: dict[Partition, int]) -> list[Event]:

@@ -12,7 +12,6 @@ from consolidator.store.offsets import Mark, OffsetStore, PartitionOffset
 from consolidator.store.partitions import (
     BUFFER_TABLES,
     MAXVALUE_PARTITION,
-    UNSENT,
     PartitionInfo,
     PartitionStore,
 )
@@ -20,7 +19,7 @@ from consolidator.store.rate import Throttled
 from consolidator.store.schema import SchemaStore
 
 __all__ = [
-    "BUFFER_TABLES", "MAXVALUE_PARTITION", "UNSENT", "ClaimedBatch", "ConnectionParams", "ExpiryBatch", "IngestCounts",
+    "BUFFER_TABLES", "MAXVALUE_PARTITION", "ClaimedBatch", "ConnectionParams", "ExpiryBatch", "IngestCounts",
     "Mark", "MySQLStore", "PartitionInfo", "PartitionOffset", "Throttled", "recreate_database",
 ]
 

@@ -173,6 +173,17 @@ def _migrations(first_bucket: int, no_pad: str) -> list[tuple[int, str, list[str
                 ) ENGINE=InnoDB""",
             ],
         ),
+        (
+            7,
+            "a claimed row's state lives on its batch: one row write per flush",
+            [
+                # From now on the claim is a row's last write: SENT and DEAD are set on the batch
+                # only, and a CLAIMED row is in its batch's state. Rows already SENT stay SENT
+                # (terminal); the few DEAD rows become CLAIMED (their batch is DEAD, so they still
+                # read DEAD) so that a redrive, which revives the batch alone, revives them too.
+                "UPDATE buffer_rows SET status = 'CLAIMED' WHERE status = 'DEAD'",
+            ],
+        ),
     ]
 
 

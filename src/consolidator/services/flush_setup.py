@@ -1,0 +1,49 @@
+"""Wiring of the flush service from its settings (the handler's and the CLI's entry point)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from consolidator.clock import Clock
+from consolidator.errors import ConfigurationError
+from consolidator.lock import RedisLock
+from consolidator.services.flush import FlushService
+from consolidator.services.ingest import MetricsRecorder, NoMetrics
+from consolidator.sinks import Sink
+
+
+def batch_bytes_cap(configured: int | None, sink: Sink) -> int:
+    """CONSOLIDATOR_MAX_BATCH_BYTES, or the sink's per-message limit when unset; a cap above
+    that limit would only make batches the sink must refuse, so it is a configuration error."""
+    if configured is None:
+        return sink.max_message_bytes
+    if configured > sink.max_message_bytes:
+        raise ConfigurationError(
+            f"invalid configuration: CONSOLIDATOR_MAX_BATCH_BYTES ({configured}) is over the sink's "
+            f"per-message limit ({sink.max_message_bytes} bytes); lower it or leave it unset")
+    return configured
+
+
+def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> FlushService:
+    """Wire the service from :class:`~consolidator.settings.FlushSettings`."""
+    from consolidator.aws_secrets import secret_string
+    from consolidator.clock import SystemClock
+    from consolidator.deadletter import dead_letter_from_url
+    from consolidator.sinks import sink_from_url
+    from consolidator.store import open_store
+
+    sink = sink_from_url(settings.sink_url)
+    return FlushService(
+        store=open_store(settings.database_url, settings.database_secret_arn),
+        sink=sink,
+        dead_letter=dead_letter_from_url(settings.dead_letter_url),
+        policy=dataclasses.replace(settings.policy(), max_batch_bytes=batch_bytes_cap(settings.max_batch_bytes, sink)),
+        clock=clock or SystemClock(),
+        max_attempts=settings.max_attempts,
+        max_rows_per_tick=settings.max_rows_per_tick,
+        metrics=metrics or NoMetrics(),
+        lock=RedisLock.from_url(settings.redis_url, ttl_ms=round(settings.lock_ttl_seconds * 1000),
+                                password=secret_string(arn) if (arn := settings.redis_auth_secret_arn) else None),
+        completion_tracking=settings.completion_tracking,
+    )
+

@@ -1,0 +1,119 @@
+"""One row write per flush: a claimed row's state lives on its batch (schema 7).
+
+The claim is the only write of a buffer row; SENT and DEAD are written on the batch row, and a
+CLAIMED row is in its batch's state. Every reader (row counts, the cleanup guard, redrive, the
+flush's re-publish) reads that effective state; a database from before it keeps its rows.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support import ROWS, STATE, T0, record, sql
+from test_cleanup import FEB_2027, ingest_october
+from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service, orders
+from test_flush_crash import Crash, CrashingStore
+
+from consolidator.events import FieldNames, bucket_of, decode
+from consolidator.policy import FlushReason
+from consolidator.services.cleanup import CleanupService
+from consolidator.store import schema
+from consolidator.store.mysql import ConnectionParams, MySQLStore
+
+
+def raw_statuses(store) -> dict[str, int]:
+    return {r["status"]: r["n"] for r in sql(store, "SELECT status, COUNT(*) AS n FROM buffer_rows GROUP BY status")}
+
+
+def test_a_flushed_row_is_written_once_and_reads_sent_through_its_batch(store, clock, tmp_path):
+    ingest(store, clock, orders(30, groups=3))
+    clock.advance(POLICY.debounce_ms)
+    sink = RecordingSink(tmp_path / "out.jsonl")
+    assert len(make_service(store, sink, clock, tmp_path).tick().published) == 3
+
+    assert raw_statuses(store) == {"CLAIMED": 30}, "the mark wrote the rows again"
+    assert store.row_counts() == {"SENT": 30} and store.batch_counts() == {"SENT": 3}
+    effective = sql(store, f"SELECT {STATE} AS state, COUNT(*) AS n FROM {ROWS} GROUP BY 1")
+    assert effective == [{"state": "SENT", "n": 30}]
+    assert_invariants(store, sink.messages(), 30)
+
+
+def test_crash_after_publish_leaves_rows_effectively_claimed_and_unsent(store, clock, tmp_path):
+    """Published, then the flusher died before the batch was marked: its rows still count as
+    CLAIMED and unsent (the cleanup guard sees them); the next tick re-publishes the same id."""
+    ingest(store, clock, orders(10, groups=1))
+    clock.advance(POLICY.debounce_ms)
+    sink = RecordingSink(tmp_path / "out.jsonl")
+    crashing = CrashingStore(store.params, "after_publish")
+    with pytest.raises(Crash):
+        make_service(crashing, sink, clock, tmp_path).tick()
+    crashing.close()
+    (published,) = sink.messages()
+    partition = f"p{bucket_of(T0)}"
+    assert store.row_counts() == {"CLAIMED": 10}
+    assert store.unsent_rows_in_partition(partition) == 10
+
+    clock.advance(POLICY.tick_interval_ms)
+    report = make_service(store, sink, clock, tmp_path).tick()
+    assert [b.batch_id for b in report.published] == [published["batch_id"]]
+    assert sink.messages() == [published, published], "re-published under the same id, same bytes"
+    assert store.row_counts() == {"SENT": 10} and raw_statuses(store) == {"CLAIMED": 10}
+    assert store.unsent_rows_in_partition(partition) == 0
+
+
+def test_cleanup_drops_a_partition_only_when_no_row_in_it_has_a_claimed_batch(store, clock):
+    ingest_october(store, 1, "A001")
+    ingest_october(store, 2, "A002")
+    sent = store.claim("WH-42", FlushReason.IDLE, 1, T0)
+    assert store.mark_sent(sent.batch_id, T0)
+    dead = store.claim("WH-42", FlushReason.IDLE, 1, T0)
+    assert store.mark_dead(dead.batch_id, T0, "sink down")
+    ingest_october(store, 3, "A003")
+    in_flight = store.claim("WH-42", FlushReason.IDLE, 1, T0)
+    assert raw_statuses(store) == {"CLAIMED": 3}
+    assert store.row_counts() == {"CLAIMED": 1, "DEAD": 1, "SENT": 1}
+
+    clock.set(FEB_2027)
+    service = CleanupService(store, clock, retention_months=3, partitions_ahead=1)
+    report = service.run()
+    assert report.dropped == [] and [(r.partition, r.unsent_rows) for r in report.refused] == [("p202610", 1)]
+    assert store.unsent_rows_in_partition("p202610") == 1
+    assert store.mark_sent(in_flight.batch_id, T0)  # the batch row only: its row stays CLAIMED
+    assert raw_statuses(store) == {"CLAIMED": 3}
+    assert service.run().dropped == ["p202610"], "rows of SENT and DEAD batches do not block"
+
+
+def test_migration_7_keeps_the_states_of_a_version_6_database(database_url, clock, monkeypatch, tmp_path):
+    """Rows SENT and DEAD as version 6 wrote them (row and batch), a CLAIMED batch and a PENDING
+    row: after migration 7 every row reads as before, the DEAD batch revives with its rows, and
+    the flush finishes the CLAIMED ones under their ids."""
+    store = MySQLStore(ConnectionParams.from_url(database_url))
+    every = schema._migrations
+    monkeypatch.setattr(schema, "_migrations", lambda *args: every(*args)[:6])
+    assert store.migrate(T0) == [1, 2, 3, 4, 5, 6]
+    events = [decode(record(i, order=f"A{i}"), FieldNames(), 1024) for i in range(1, 8)]
+    store.ingest(events, T0)
+    ids = {}
+    for state, size in (("SENT", 2), ("DEAD", 2), ("CLAIMED", 2)):
+        ids[state] = store.claim("WH-42", FlushReason.IDLE, size, T0).batch_id
+        if state != "CLAIMED":  # as version 6 finished a batch: the batch row and its rows
+            sql(store, "UPDATE batches SET state = %s WHERE batch_id = %s", (state, ids[state]))
+            sql(store, "UPDATE buffer_rows SET status = %s WHERE batch_id = %s", (state, ids[state]))
+    before = {"CLAIMED": 2, "DEAD": 2, "PENDING": 1, "SENT": 2}
+    assert raw_statuses(store) == before
+
+    monkeypatch.setattr(schema, "_migrations", every)
+    assert store.migrate(T0) == [7]
+    assert store.row_counts() == before
+    assert raw_statuses(store) == {"CLAIMED": 4, "PENDING": 1, "SENT": 2}, "SENT rows stay SENT; DEAD rows follow their batch"
+
+    assert store.revive_dead_batch(ids["DEAD"])
+    assert store.row_counts() == {"CLAIMED": 4, "PENDING": 1, "SENT": 2}
+    sink = RecordingSink(tmp_path / "out.jsonl")
+    clock.advance(POLICY.debounce_ms)
+    report = make_service(store, sink, clock, tmp_path).tick()
+    republished = {b.batch_id: b.size for b in report.published}
+    assert republished[ids["DEAD"]] == 2 and republished[ids["CLAIMED"]] == 2
+    assert store.row_counts() == {"SENT": 7}
+    assert sql(store, "SELECT COUNT(*) AS n FROM buffer_rows WHERE status = 'SENT'") == [{"n": 2}]
+    store.close()
+
