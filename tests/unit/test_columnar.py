@@ -8,9 +8,12 @@ hands back (a session reaching ``max_batch_size`` rows) must really be one where
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from consolidator.batch import encode
 from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason, Policy
 from consolidator.spark.buffer import BufferedEvent
@@ -28,12 +31,12 @@ policies = st.builds(
 )
 
 events = st.tuples(
-    st.sampled_from(["WH-1", "WH-2", "é"]),
+    st.sampled_from(["WH-1", "WH-2", 'é"\\']),
     st.builds(
         lambda topic, partition, offset, at, item, sku, quantity: BufferedEvent(
-            SourcePosition(topic, partition, offset), MONTH_END + at, f"O{item}",
-            ((f"S{sku}", quantity), (f"S{sku + 1}", 1))),
-        st.sampled_from(["orders", "a"]), st.integers(0, 2), st.integers(0, 40),
+            SourcePosition(topic, partition, offset), MONTH_END + at, f"O{item}" if item else 'ü"',
+            ((f"S{sku}", quantity), (f"S{sku + 1}", 1))[: sku % 3]),
+        st.sampled_from(["orders", "a", "b\\t"]), st.integers(0, 2), st.integers(0, 40),
         st.one_of(st.integers(-200_000, 200_000), st.integers(-200, 200).map(lambda s: s * 1_000),
                   st.integers(0, 8).map(lambda s: s * 5_000)),
         st.integers(0, 5), st.integers(0, 3), st.integers(0, 2**62)),
@@ -49,7 +52,7 @@ def columnar(history):
 
 
 def _items_json(items) -> str:
-    return "[" + ",".join(f'["{sku}",{quantity}]' for sku, quantity in items) + "]"
+    return json.dumps(items, separators=(",", ":"), ensure_ascii=False)
 
 
 @settings(max_examples=500, deadline=None)
@@ -59,7 +62,8 @@ def test_columnar_simulation_equals_the_reference(history, policy):
     batches, handed_back = simulate_chunk(chunk, policy)
     got: dict[str, list] = {}
     for b in batches:
-        got.setdefault(b.group_key, []).append((b.reason, b.flushed_at_ms, b.members, b.message, b.latencies_ms))
+        got.setdefault(b.group_key, []).append(
+            (b.reason, b.flushed_at_ms, b.batch_id, b.members, b.event_count, b.latencies_ms, b.body))
     for key in sorted({g for g, _ in history}):
         reference = simulate_group(key, [e for g, e in history if g == key], policy)
         replays = int((~chunk.first[chunk.group == chunk.group_keys.index(key)]).sum())
@@ -69,5 +73,6 @@ def test_columnar_simulation_equals_the_reference(history, policy):
             assert any(b.reason == FlushReason.FULL or len(b.members) == policy.max_batch_size
                        for b in reference.batches)
             continue
-        expected = [(b.reason, b.flushed_at_ms, b.members, b.message, b.latencies_ms) for b in reference.batches]
+        expected = [(b.reason, b.flushed_at_ms, b.batch_id, len(b.members), b.message["event_count"], b.latencies_ms,
+                     encode(b.message).decode()) for b in reference.batches]
         assert got.get(key, []) == expected
