@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,3 +77,13 @@ def test_columnar_simulation_equals_the_reference(history, policy):
         expected = [(b.reason, b.flushed_at_ms, b.batch_id, len(b.members), b.message["event_count"], b.latencies_ms,
                      encode(b.message).decode()) for b in reference.batches]
         assert got.get(key, []) == expected
+
+
+def test_message_times_are_iso_ms_also_outside_the_years_numpy_writes_alike():
+    from consolidator.batch import iso_ms
+    from consolidator.spark.columnar import _iso
+
+    moments = [0, -1, 1_798_761_599_999, -30_610_224_000_001, -30_610_224_000_000, 253_402_300_799_999,
+               253_402_300_800_000]
+    for values in (moments[:4], moments[4:6], moments):
+        assert _iso(np.asarray(values, dtype=np.int64)) == [iso_ms(v) for v in values]
