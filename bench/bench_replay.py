@@ -11,13 +11,16 @@ temporary directory), then times, on the same session and data:
 
 Both are forced to completion with the ``noop`` writer; a small warm-up run of each comes first.
 The last line is one JSON object; ``ratio_vs_session_window`` = replay events/s / baseline
-events/s (target >= 0.5).
+events/s (target >= 0.5). ``cpu_ratio_vs_session_window`` = baseline CPU seconds / replay CPU
+seconds (this process tree: the local JVM and its Python workers), a figure that moves less than
+wall time when other jobs share the machine; ``load_average`` is taken at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -51,7 +54,39 @@ def generate(spark, path: str, events: int, groups: int) -> None:
      .write.mode("overwrite").parquet(path))
 
 
-def time_session_window(spark, path: str, policy: Policy) -> tuple[float, int]:
+def tree_cpu_seconds() -> float:
+    """CPU time (user + system) of this process and every process under it (the local JVM, its
+    Python workers), reaped children included. Linux only; 0.0 elsewhere."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc/self/stat").exists() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        stats[int(entry.name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def timed(frame) -> tuple[float, float]:
+    """Wall and CPU seconds of running ``frame`` to completion with the ``noop`` writer."""
+    cpu, started = tree_cpu_seconds(), time.perf_counter()
+    frame.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - started, tree_cpu_seconds() - cpu
+
+
+def time_session_window(spark, path: str, policy: Policy) -> tuple[float, float, int]:
     from pyspark.sql import functions as F
 
     frame = spark.read.parquet(path)
@@ -59,20 +94,14 @@ def time_session_window(spark, path: str, policy: Policy) -> tuple[float, int]:
                              F.timestamp_millis("timestamp").alias("ts"))
                 .groupBy("group_key", F.session_window("ts", f"{policy.debounce_ms // 1000} seconds"))
                 .count())
-    started = time.perf_counter()
-    sessions.write.format("noop").mode("overwrite").save()
-    elapsed = time.perf_counter() - started
-    return elapsed, sessions.count()
+    return *timed(sessions), sessions.count()
 
 
-def time_replay(spark, path: str, policy: Policy) -> tuple[float, int]:
+def time_replay(spark, path: str, policy: Policy) -> tuple[float, float, int]:
     from pyspark.sql import functions as F
 
     result = replay(records(spark.read.parquet(path)), [NamedPolicy(policy_name(policy), policy)])
-    started = time.perf_counter()
-    result.write.format("noop").mode("overwrite").save()
-    elapsed = time.perf_counter() - started
-    return elapsed, result.where(F.col("kind") == "batch").count()
+    return *timed(result), result.where(F.col("kind") == "batch").count()
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -91,20 +120,25 @@ def main(argv: list[str] | None = None) -> dict:
         generate(spark, warm, 20_000, 50)
         time_session_window(spark, warm, policy)  # warm-up: JVM, Python workers, Arrow
         time_replay(spark, warm, policy)
-        baseline_s, sessions = time_session_window(spark, data, policy)
-        replay_s, batches = time_replay(spark, data, policy)
+        baseline_s, baseline_cpu, sessions = time_session_window(spark, data, policy)
+        replay_s, replay_cpu, batches = time_replay(spark, data, policy)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         spark.stop()
     replay_eps, baseline_eps = args.events / replay_s, args.events / baseline_s
-    print(f"session_window: {baseline_s:8.2f} s  {baseline_eps:12,.0f} events/s  {sessions:,} sessions", file=sys.stderr)
-    print(f"replay:         {replay_s:8.2f} s  {replay_eps:12,.0f} events/s  {batches:,} batches", file=sys.stderr)
+    print(f"session_window: {baseline_s:8.2f} s  {baseline_eps:12,.0f} events/s  {sessions:,} sessions"
+          f"  cpu {baseline_cpu:.2f} s", file=sys.stderr)
+    print(f"replay:         {replay_s:8.2f} s  {replay_eps:12,.0f} events/s  {batches:,} batches"
+          f"  cpu {replay_cpu:.2f} s", file=sys.stderr)
     figures = {
         "benchmark": "replay", "events": args.events, "groups": args.groups, "master": args.master,
         "policy": policy_name(policy), "replay_seconds": round(replay_s, 3),
         "replay_events_per_s": round(replay_eps), "session_window_seconds": round(baseline_s, 3),
         "session_window_events_per_s": round(baseline_eps), "batches": batches, "sessions": sessions,
         "ratio_vs_session_window": round(replay_eps / baseline_eps, 3),
+        "replay_cpu_seconds": round(replay_cpu, 2), "session_window_cpu_seconds": round(baseline_cpu, 2),
+        "cpu_ratio_vs_session_window": round(baseline_cpu / replay_cpu, 3) if replay_cpu else None,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     print(json.dumps(figures))
     return figures

@@ -144,3 +144,21 @@ def test_records_the_fast_path_cannot_prove_are_grouped_by_events_decode(spark):
         "topic string, partition int, offset long, timestamp long, key string, value string"))
     batches = replay(frame, [NamedPolicy("main", POLICY)]).where("kind = 'batch'").collect()
     assert [(r["group_key"], json.loads(r["body"])["item_ids"]) for r in batches] == [("B", ["1", "2"])]
+
+
+@pytest.mark.spark
+def test_groups_cut_across_arrow_batches_are_simulated_whole(spark, tmp_path):
+    from consolidator.spark.replay import replay
+    from consolidator.spark.transforms import read_record_files
+
+    source = tmp_path / "history.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in HISTORY))
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    spark.conf.set(key, "2")  # every group of more than two records spans Arrow batches
+    try:
+        rows = replay(read_record_files(spark, str(source)), [NamedPolicy("main", POLICY)]).collect()
+    finally:
+        spark.conf.unset(key)
+    assert sorted(r["batch_id"] for r in rows if r["kind"] == "batch") == sorted(EXPECTED)
+    assert {r["group_key"]: (r["records_in"], r["replayed"]) for r in rows if r["kind"] == "summary"} == {
+        "WH-1": (4, 1), "WH-2": (3, 0), "WH-3": (7, 0)}

@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import orjson
+import numpy as np
 
 from consolidator.batch import Member, build_message, encode
 from consolidator.deadletter import expired_entry, poison_entry
@@ -212,12 +212,15 @@ OUTPUT_SCHEMA = (
 BATCH, DEAD_LETTER, SUMMARY, EXPIRED = "batch", "dead_letter", "summary", "expired"
 
 
-def _group_function(policies: Sequence[NamedPolicy]):
-    """The per-group Arrow function (no pandas on the hot path) over decoded records
-    (:data:`~consolidator.spark.transforms.DECODED_SCHEMA`)."""
+def _partition_function(policies: Sequence[NamedPolicy]):
+    """The Arrow function over one partition of decoded records
+    (:data:`~consolidator.spark.transforms.DECODED_SCHEMA`), clustered by group key: whole
+    groups at a time go to :func:`columnar.simulate_chunk` (plain policies) or
+    :func:`simulate` (the rest, and the groups the columnar path hands back)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from consolidator.spark.columnar import is_plain, make_chunk, simulate_chunk
     from consolidator.spark.transforms import POISON_GROUP
 
     out_schema = pa.schema([
@@ -227,10 +230,10 @@ def _group_function(policies: Sequence[NamedPolicy]):
         ("records_in", pa.int64()), ("replayed", pa.int64()),
     ])
 
-    def table(rows: list[tuple]) -> pa.Table:
+    def table(rows: list[tuple]) -> pa.RecordBatch:
         columns = list(zip(*rows, strict=True)) if rows else [[] for _ in out_schema]
-        return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, out_schema, strict=True)],
-                                    schema=out_schema)
+        return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, out_schema, strict=True)],
+                                          schema=out_schema)
 
     def dead_letters(data: pa.Table, rows: list[tuple]) -> None:
         poison = data.filter(pc.is_valid(data["poison_reason"])).to_pydict()
@@ -242,32 +245,61 @@ def _group_function(policies: Sequence[NamedPolicy]):
             entry = poison_entry(record, PoisonEvent(PoisonReason(reason), detail), ts)
             rows.append((DEAD_LETTER, None, None, None, reason, None, None, None, None, encode(entry).decode(), 1, 0))
 
-    def run(data: pa.Table) -> pa.Table:
-        group_key = data["group_key"][0].as_py()
+    def reference(name: str, group_key: str, events: list[BufferedEvent], policy: Policy, rows: list[tuple]) -> None:
+        result = simulate(group_key, events, policy)
+        for b in result.batches:
+            rows.append((BATCH, name, group_key, b.batch_id, str(b.reason), b.flushed_at_ms, len(b.members),
+                         b.message["event_count"], b.latencies_ms, encode(b.message).decode(), None, None))
+        for entry in result.expired:
+            rows.append((EXPIRED, name, group_key, None, "expired", None, None, entry["merged_events"], None,
+                         encode(entry).decode(), None, None))
+
+    def whole_groups(data: pa.Table) -> pa.RecordBatch:
         rows: list[tuple] = []
-        if group_key == POISON_GROUP:
-            dead_letters(data, rows)
+        valid = pc.not_equal(data["group_key"], POISON_GROUP)
+        if not pc.all(valid).as_py():
+            dead_letters(data.filter(pc.invert(valid)), rows)
+            data = data.filter(valid)
+        if data.num_rows == 0:
             return table(rows)
-        cols = data.select(["topic", "partition", "offset", "timestamp_ms", "item_id", "items"]).to_pydict()
-        loads = orjson.loads
-        events = [BufferedEvent(SourcePosition(t, p, o), ts, item, tuple(map(tuple, loads(items))))
-                  for t, p, o, ts, item, items in zip(cols["topic"], cols["partition"], cols["offset"],
-                                                      cols["timestamp_ms"], cols["item_id"], cols["items"],
-                                                      strict=True)]
-        replayed = 0
+        chunk = make_chunk(data["group_key"], data["timestamp_ms"], data["topic"], data["partition"],
+                           data["offset"], data["item_id"], data["items"])
+        starts = np.flatnonzero(np.diff(chunk.group, prepend=-1))
+        bounds = np.append(starts, len(chunk.group)).tolist()
+        events_of = {}
+
+        def events(g: int) -> list[BufferedEvent]:
+            if g not in events_of:
+                events_of[g] = [chunk.event(i) for i in range(bounds[g], bounds[g + 1])]
+            return events_of[g]
+
         for named in policies:
-            result = simulate(group_key, events, named.policy)
-            replayed = result.replayed
-            for b in result.batches:
-                rows.append((BATCH, named.name, group_key, b.batch_id, str(b.reason), b.flushed_at_ms,
-                             len(b.members), b.message["event_count"], b.latencies_ms,
-                             encode(b.message).decode(), None, None))
-            for entry in result.expired:
-                rows.append((EXPIRED, named.name, group_key, None, "expired", None, None,
-                             entry["merged_events"], None, encode(entry).decode(), None, None))
-        rows.append((SUMMARY, None, group_key, None, None, None, None, None, None, None, len(events),
-                     replayed))
+            handed_back = set(range(len(chunk.group_keys)))
+            if is_plain(named.policy):
+                batches, handed_back = simulate_chunk(chunk, named.policy)
+                rows.extend((BATCH, named.name, b.group_key, b.batch_id, str(b.reason), b.flushed_at_ms, b.members,
+                             b.event_count, b.latencies_ms, b.body, None, None) for b in batches)
+            for g in sorted(handed_back):
+                reference(named.name, chunk.group_keys[g], events(g), named.policy, rows)
+        replayed = np.bincount(chunk.group[~chunk.first], minlength=len(chunk.group_keys)).tolist()
+        for g, key in enumerate(chunk.group_keys):
+            rows.append((SUMMARY, None, key, None, None, None, None, None, None, None, bounds[g + 1] - bounds[g],
+                         replayed[g]))
         return table(rows)
+
+    def run(batches):
+        carry = None
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            data = pa.Table.from_batches([batch]) if carry is None else pa.concat_tables(
+                [carry, pa.Table.from_batches([batch])])
+            last = pc.index(data["group_key"], data["group_key"][-1]).as_py()  # the last group may go on
+            if last > 0:
+                yield whole_groups(data.slice(0, last))
+            carry = data.slice(last)
+        if carry is not None:
+            yield whole_groups(carry)
 
     return run
 
@@ -283,7 +315,9 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFA
     Records are decoded by :func:`consolidator.spark.transforms.decode` (Spark's JSON functions
     where they provably agree with ``events.decode``, ``events.decode`` for the rest), shuffled
     once by group key, and each group simulated under each policy."""
-    from consolidator.spark.transforms import decode
+    from pyspark.sql import functions as F
+
+    from consolidator.spark.transforms import POISON_GROUP, decode
 
     if not policies:
         raise ValueError("replay needs at least one policy")
@@ -291,7 +325,12 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFA
     if len(set(names_seen)) != len(names_seen):
         raise ValueError(f"policy names must be unique: {names_seen}")
     frame = decode(records_df, names, max_event_bytes)
-    return frame.groupBy("group_key").applyInArrow(_group_function(policies), OUTPUT_SCHEMA)
+    poison = F.col("group_key") == POISON_GROUP
+    needed = frame.select("group_key", "timestamp_ms", "topic", "partition", "offset", "item_id", "items",
+                          F.when(poison, F.col("key")).alias("key"), "value", "poison_reason", "poison_detail")
+    return (needed.repartition("group_key")
+            .sortWithinPartitions("group_key", "timestamp_ms", "topic", "partition", "offset")
+            .mapInArrow(_partition_function(policies), OUTPUT_SCHEMA))
 
 
 def write_outputs(result, out_dir: str) -> None:

@@ -1,0 +1,247 @@
+"""The replay's columnar simulation: many groups at once, on arrays, for a plain policy.
+
+For a policy without rate limit, TTL or byte cap, a group that never holds ``max_batch_size``
+rows at once is a sequence of sessions: an event starts a new session when it arrives after the
+tick that would flush the open one, ``next_tick(min(start + hard_window, newest + debounce))``,
+and each session is one claim of all its rows at that tick (``hard_window`` when the tick is a
+hard window past its first event, else ``idle``). Sessions, rows (one per month bucket and item),
+claim order and latencies are computed with numpy over all groups of a chunk; each message is
+written as the text :func:`consolidator.batch.encode` gives for
+:func:`~consolidator.batch.build_message`, without building the dict. A group where a session
+reaches ``max_batch_size`` rows, or any group under another policy, is simulated by
+:func:`replay.simulate` on its events.
+
+Guarantee: exactly :func:`replay.simulate_group`'s batches, members, messages, latencies and
+replayed counts (``tests/unit/test_columnar.py``, a property test over random histories).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from consolidator.batch import iso_ms
+from consolidator.events import SourcePosition
+from consolidator.policy import FlushReason, Policy
+from consolidator.spark.buffer import BufferedEvent
+
+
+def is_plain(policy: Policy) -> bool:
+    """The columnar path models this policy (no rate limit, TTL or byte cap)."""
+    return (policy.rate_limit is None and not policy.rate_overrides and not policy.ttl_ms
+            and policy.max_batch_bytes is None)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Valid events of whole groups, in simulation order (group, timestamp, position), each
+    position once per group (``first`` marks the first occurrence, the others are replays).
+    Strings are ranks into sorted name lists, so ranks compare like the names."""
+
+    group: np.ndarray  # int64 rank into ``group_keys``
+    group_keys: list[str]
+    ts: np.ndarray  # int64 record timestamp (ms)
+    topic: np.ndarray  # int64 rank into ``topics``
+    topics: list[str]
+    partition: np.ndarray  # int64
+    offset: np.ndarray  # int64
+    item: np.ndarray  # int64 rank into ``item_ids``
+    item_ids: list[str]
+    items: pa.Array  # string: JSON [[sku, quantity], ...]
+    first: np.ndarray  # bool: not a replayed position
+
+    def event(self, index: int) -> BufferedEvent:
+        return BufferedEvent(SourcePosition(self.topics[self.topic[index]], int(self.partition[index]),
+                                            int(self.offset[index])), int(self.ts[index]),
+                             self.item_ids[self.item[index]], _parse(self.items[index].as_py()))
+
+
+def _ranks(values) -> tuple[np.ndarray, list[str]]:
+    """Each string's rank among the distinct values, and those values sorted (as Python sorts)."""
+    encoded = pc.dictionary_encode(pa.array(values, pa.string()) if isinstance(values, list) else values)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    names = encoded.dictionary.to_pylist()
+    order = sorted(range(len(names)), key=names.__getitem__)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[order] = np.arange(len(names), dtype=np.int64)
+    return rank[encoded.indices.to_numpy(zero_copy_only=False)], [names[i] for i in order]
+
+
+def make_chunk(group_keys, ts, topics, partition, offset, item, items) -> Chunk:
+    """Sorts events (any order; lists or Arrow arrays, strings non-null) into a :class:`Chunk`."""
+    group, keys = _ranks(group_keys)
+    topic, names = _ranks(topics)
+    item, item_ids = _ranks(item)
+    ts, partition, offset = (np.asarray(c, dtype=np.int64) for c in (ts, partition, offset))
+    order = np.lexsort((offset, partition, topic, ts, group))
+    group, ts, topic, partition, offset, item = (c[order] for c in (group, ts, topic, partition, offset, item))
+    # replays: a position seen earlier in the group (stable sort keeps simulation order among equals)
+    by_position = np.lexsort((offset, partition, topic, group))
+    same = np.zeros(len(ts), dtype=bool)
+    if len(ts) > 1:
+        a, b = by_position[1:], by_position[:-1]
+        same[a] = ((group[a] == group[b]) & (topic[a] == topic[b]) & (partition[a] == partition[b])
+                   & (offset[a] == offset[b]))
+    items = pa.array(items, pa.string()) if isinstance(items, list) else items
+    return Chunk(group, keys, ts, topic, names, partition, offset, item, item_ids, items.take(order), ~same)
+
+
+_ISO_RANGE = (-30_610_224_000_000, 253_402_300_800_000)  # years 1000 to 9999: numpy writes them as iso_ms
+
+
+def _iso(ms: np.ndarray) -> list[str]:
+    """:func:`consolidator.batch.iso_ms` of each value."""
+    if len(ms) and (ms.min() < _ISO_RANGE[0] or ms.max() >= _ISO_RANGE[1]):
+        return [iso_ms(v) for v in ms.tolist()]
+    return [f"{text}Z" for text in np.datetime_as_string(ms.astype("datetime64[ms]"), unit="ms").tolist()]
+
+
+def _ceil_tick(at: np.ndarray, interval: int) -> np.ndarray:
+    return -(-at // interval) * interval
+
+
+def sessions(group: np.ndarray, ts: np.ndarray, policy: Policy) -> np.ndarray:
+    """Start indices of the sessions of sorted, replay-free events (see the module docstring)."""
+    n = len(ts)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    interval = policy.tick_interval_ms
+    breaks = np.ones(n, dtype=bool)
+    breaks[1:] = (group[1:] != group[:-1]) | (ts[1:] > _ceil_tick(ts[:-1] + policy.debounce_ms, interval))
+    starts = np.flatnonzero(breaks)
+    ends = np.append(starts[1:], n)
+    long = ts[ends - 1] > _ceil_tick(ts[starts] + policy.hard_window_ms, interval)
+    extra = []
+    for start, end in zip(starts[long].tolist(), ends[long].tolist(), strict=True):
+        while True:  # hard-window splits inside one idle segment
+            limit = -(-(int(ts[start]) + policy.hard_window_ms) // interval) * interval
+            start = start + int(np.searchsorted(ts[start:end], limit, side="right"))
+            if start >= end:
+                break
+            extra.append(start)
+    if extra:
+        starts = np.sort(np.concatenate([starts, np.asarray(extra, dtype=np.int64)]))
+    return starts
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One claim: what the replay's output row needs; ``body`` is the v1 message exactly as
+    :func:`consolidator.batch.encode` writes it."""
+
+    group_key: str
+    reason: FlushReason
+    flushed_at_ms: int
+    batch_id: str
+    members: int
+    event_count: int
+    latencies_ms: list[int]  # per member, claim order: flushed_at - first_seen
+    body: str
+
+
+def _parse(text: str) -> tuple[tuple[str, int], ...]:
+    try:
+        return tuple(map(tuple, orjson.loads(text)))
+    except orjson.JSONDecodeError:  # an integer beyond 64 bits: same values, slower
+        return tuple(map(tuple, json.loads(text)))
+
+
+def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[list[Batch], set[int]]:
+    """Batches of every group of ``chunk`` the columnar path can simulate, in group then flush
+    order, and the groups (indices) it cannot (a session reaches ``max_batch_size`` rows): those
+    must go to :func:`replay.simulate`."""
+    keep = np.flatnonzero(chunk.first)
+    group, ts = chunk.group[keep], chunk.ts[keep]
+    topic, partition, offset = chunk.topic[keep], chunk.partition[keep], chunk.offset[keep]
+    n = len(ts)
+    if n == 0:
+        return [], set()
+    starts = sessions(group, ts, policy)
+    session = np.zeros(n, dtype=np.int64)
+    session[starts[1:]] = 1
+    session = np.cumsum(session)
+    month = ts.astype("datetime64[ms]").astype("datetime64[M]").astype(np.int64)
+    item = chunk.item[keep]
+    # rows: one per (session, month bucket, item); the newest position's event gives the items
+    order = np.lexsort((offset, partition, topic, item, month, session))
+    s_o, m_o, i_o = session[order], month[order], item[order]
+    row_break = np.ones(n, dtype=bool)
+    row_break[1:] = (s_o[1:] != s_o[:-1]) | (m_o[1:] != m_o[:-1]) | (i_o[1:] != i_o[:-1])
+    row_start = np.flatnonzero(row_break)
+    row_last = np.append(row_start[1:], n) - 1
+    t_o = ts[order]
+    first_seen = np.minimum.reduceat(t_o, row_start)
+    newest = order[row_last]  # event index of the row's newest position
+    row_session = s_o[row_start]
+    rows_per_session = np.bincount(row_session, minlength=len(starts))
+    too_full = set(group[starts[rows_per_session >= policy.max_batch_size]].tolist())
+    # claim order inside a session: (first_seen, position)
+    claim = np.lexsort((offset[newest], partition[newest], topic[newest], first_seen, row_session))
+    ends = np.append(starts[1:], n)
+    hard_at = _ceil_tick(ts[starts] + policy.hard_window_ms, policy.tick_interval_ms)
+    idle_at = _ceil_tick(ts[ends - 1] + policy.debounce_ms, policy.tick_interval_ms)
+    tick = np.minimum(hard_at, idle_at)
+    hard = tick - ts[starts] >= policy.hard_window_ms
+    session_rows = np.append(0, np.cumsum(rows_per_session)).tolist()
+    ticks = tick.tolist()
+    latencies = (tick[row_session] - first_seen)[claim].tolist()
+    # members and batch-id lines: rows in position order inside each session
+    by_position = np.lexsort((offset[newest], partition[newest], topic[newest], row_session))
+    topics = chunk.topics
+    topic_json = [orjson.dumps(t).decode() for t in topics]
+    lines, members = [], []
+    for t, p, o in zip(topic[newest[by_position]].tolist(), partition[newest[by_position]].tolist(),
+                       offset[newest[by_position]].tolist(), strict=True):
+        lines.append(f"{topics[t]}\t{p}\t{o}\n")
+        members.append(f'{{"offset":{o},"partition":{p},"topic":{topic_json[t]}}}')
+    # per item, the row with the newest position (rows of one item differ by month bucket)
+    by_item = np.lexsort((offset[newest], partition[newest], topic[newest], item[newest], row_session))
+    item_rows = item[newest[by_item]]
+    last_of_item = np.ones(len(by_item), dtype=bool)
+    last_of_item[:-1] = (row_session[by_item][1:] != row_session[by_item][:-1]) | (item_rows[1:] != item_rows[:-1])
+    chosen = newest[by_item[last_of_item]]
+    item_rows_of = np.append(0, np.cumsum(np.bincount(session[chosen], minlength=len(starts)))).tolist()
+    item_json = [orjson.dumps(name).decode() for name in chunk.item_ids]
+    item_json = [item_json[i] for i in item[chosen].tolist()]
+    chosen_items = chunk.items.take(keep[chosen]).to_pylist()
+    parsed: dict[str, tuple] = {}
+    sku_json: dict[str, str] = {}
+    batches: list[Batch] = []
+    keys = chunk.group_keys
+    key_json = [orjson.dumps(k).decode() for k in keys]
+    for s, (g, at, by_hard, first_at, last_at, events) in enumerate(zip(
+            group[starts].tolist(), _iso(tick), hard.tolist(), _iso(ts[starts]), _iso(ts[ends - 1]),
+            (ends - starts).tolist(), strict=True)):
+        if g in too_full:
+            continue
+        a, b = session_rows[s], session_rows[s + 1]
+        ia, ib = item_rows_of[s], item_rows_of[s + 1]
+        quantities: dict[str, int] = {}
+        for text in chosen_items[ia:ib]:
+            pairs = parsed.get(text)
+            if pairs is None:
+                pairs = parsed[text] = _parse(text)
+            for sku, quantity in pairs:
+                quantities[sku] = quantities.get(sku, 0) + quantity
+        items = []
+        for sku in sorted(quantities):
+            name = sku_json.get(sku)
+            if name is None:
+                name = sku_json[sku] = orjson.dumps(sku).decode()
+            items.append(f'{{"quantity":{quantities[sku]},"sku":{name}}}')
+        key = keys[g]
+        reason = FlushReason.HARD_WINDOW if by_hard else FlushReason.IDLE
+        bid = hashlib.sha256(f"consolidator-batch-v1\n{key}\n{''.join(lines[a:b])}".encode()).hexdigest()[:32]
+        text = (f'{{"batch_id":"{bid}","event_count":{events},"first_event_at":"{first_at}",'
+                f'"flush_reason":"{reason}","flushed_at":"{at}","group_key":{key_json[g]},'
+                f'"item_count":{ib - ia},"item_ids":[{",".join(item_json[ia:ib])}],"items":[{",".join(items)}],'
+                f'"last_event_at":"{last_at}","members":[{",".join(members[a:b])}],"schema_version":1}}')
+        batches.append(Batch(key, reason, ticks[s], bid, b - a, events, latencies[a:b], text))
+    return batches, too_full
