@@ -126,7 +126,7 @@ else
 fi
 if ! "$UV" sync --frozen --offline "${sync_args[@]}" --dry-run 2>&1 | grep -q "Would make no changes"; then
   run_long "installing the locked Python dependencies (extras: $extras) into .venv" "$LOGS/uv-sync.log" \
-    "$UV" sync --frozen --python python3 "${sync_args[@]}"
+    "$UV" sync --frozen --compile-bytecode --python python3 "${sync_args[@]}"
   SUMMARY+=("Python: $(grep -E '^(Installed|Uninstalled)' "$LOGS/uv-sync.log" | tr '\n' ' ')from uv.lock")
 else
   SUMMARY+=("Python: .venv already matches uv.lock (extras: $extras)")

@@ -201,3 +201,28 @@ def test_a_sink_failure_in_one_partition_fails_the_micro_batch_and_the_restart_r
     published = [json.loads(m.value())["batch_id"] for m in kafka.consume_all(out_topic)]
     again = collections.Counter(published) - collections.Counter(first)  # what the restart published
     assert set(published) == set(expected) and set(again) == set(expected), "same ids, every one again"
+
+
+def test_state_is_one_row_per_shard_not_per_group(spark, kafka, tmp_path):
+    """Many groups share a few state keys (one Python call and a few state round trips per
+    shard and micro-batch), and each group still gets its own batches and ids."""
+    topic = kafka.topic("orders")
+    out = tmp_path / "batches.jsonl"
+    config = StreamConfig(kafka.bootstrap, topic, f"file://{out}", f"file://{tmp_path / 'dead.jsonl'}",
+                          str(tmp_path / "ckpt"), policy=Policy(debounce_ms=600_000, hard_window_ms=600_000,
+                                                                max_batch_size=2),
+                          trigger_ms=250, source="python", state_shards=3)
+    groups = [f"S{i}" for i in range(12)]
+    kafka.produce(topic, [(g.encode(), order(g, f"o{i}"), now_ms()) for g in groups for i in range(3)],
+                  partition=0)
+    query = start(spark, config)
+    try:
+        batches = wait_for(lambda: len(read_lines(out)) >= len(groups) and read_lines(out), query, timeout_s=150)
+        progress = wait_for(lambda: [p for p in query.recentProgress if p["numInputRows"]], query, timeout_s=30)
+    finally:
+        query.stop()
+    expected = sorted(batch_id(g, [SourcePosition(topic, 0, 3 * n), SourcePosition(topic, 0, 3 * n + 1)])
+                      for n, g in enumerate(groups))
+    assert sorted(b["batch_id"] for b in batches) == expected  # the third order of each group waits
+    state_rows = progress[-1]["stateOperators"][0]["numRowsTotal"]
+    assert 1 <= state_rows <= 3, f"{state_rows} state rows hold the pending rows of {len(groups)} groups"

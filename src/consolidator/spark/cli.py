@@ -22,6 +22,7 @@ import typer
 
 from consolidator.events import FieldNames
 from consolidator.policy import Policy, RateLimit
+from consolidator.spark.shards import DEFAULT_SHARDS
 
 spark_app = typer.Typer(help="Spark jobs: streaming aggregator, policy replay, EMR Serverless.",
                         no_args_is_help=True, add_completion=False)
@@ -165,6 +166,8 @@ def stream(
         "--completion-database-url", envvar="CONSOLIDATOR_COMPLETION_DATABASE_URL",
         help="Completion tracking: seal every batch in this database (mysql://...) before it is "
              "published, so the acks function tracks Spark-built batches too.")] = None,
+    state_shards: Annotated[int, typer.Option(
+        "--state-shards", min=1, help="State keys (shards of the group keys); fixed for a checkpoint.")] = DEFAULT_SHARDS,
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
     from consolidator.spark.session import build_session, log_progress
@@ -185,7 +188,7 @@ def stream(
         names=FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field),
         max_event_bytes=max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
-        tracking_database_url=completion_database_url,
+        tracking_database_url=completion_database_url, state_shards=state_shards,
     )
     spark = build_session("consolidator-stream", master=master)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)

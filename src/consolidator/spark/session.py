@@ -21,6 +21,8 @@ LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.python.worker.reuse": "true",
     "spark.sql.adaptive.enabled": "false",
+    # workers fork from a daemon that imported pandas, pyarrow and consolidator (spark/daemon.py)
+    "spark.python.daemon.module": "consolidator.spark.daemon",
 }
 
 log = logging.getLogger("consolidator.spark")

@@ -1,14 +1,17 @@
-"""Streaming aggregator: Kafka -> ``transformWithStateInPandas`` keyed by group -> batch sink.
+"""Streaming aggregator: Kafka -> ``transformWithStateInPandas`` keyed by shard of group -> batch sink.
 
 Same policy (``policy.py``), same message v1 (``batch.py``), same validation
 (``events.decode``) as the Lambda path; Spark state (RocksDB) instead of the MySQL buffer.
 
-Per group key the processor keeps the PENDING rows (one ``ValueState``: the rows keyed by
+State is keyed by a fixed number of shards of the group keys (:mod:`consolidator.spark.shards`:
+one Python call and a few state round trips per shard and micro-batch, not per group). Per shard
+the processor keeps its groups' PENDING rows (one ``ValueState``; per group the rows keyed by
 (bucket, item id) with the buffer's rules, :class:`~consolidator.spark.buffer.PendingBuffer`),
-and one processing-time timer at the group's ``next_due_ms``. Each micro-batch ingests its events with
-``now`` = the batch's processing time (the Lambda path's ingest clock), then claims whatever is
-due (``full`` right away); a timer claims what became due through ``idle`` or ``hard_window``.
-Flushes happen on timers, not on the Lambda path's tick grid: same decisions, finer timing.
+and one processing-time timer at the earliest ``next_due_ms`` of its groups. Each micro-batch
+ingests its events with ``now`` = the batch's processing time (the Lambda path's ingest clock),
+then claims whatever is due (``full`` right away); a timer claims what became due through
+``idle`` or ``hard_window``. Flushes happen on timers, not on the Lambda path's tick grid: same
+decisions per group, finer timing.
 
 Guarantees:
 - at least once: a micro-batch re-run after a failure (restart from the checkpoint) restores the
@@ -29,143 +32,140 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from consolidator.batch import Member, build_message, encode
+import orjson
+
+from consolidator.batch import build_message, encode
 from consolidator.deadletter import expired_entry, poison_entry
 from consolidator.errors import DeliveryError
 from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
-from consolidator.policy import Policy, RateState
+from consolidator.policy import Policy
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
+from consolidator.spark.shards import DEFAULT_SHARDS, POISON_SHARD, Shard
 
 OUTPUT_SCHEMA = "kind string, group_key string, batch_id string, reason string, body string"
-#: One state row per group: its PENDING rows (:func:`dump_rows`), the timer registered for it and
-#: its rate state (:class:`~consolidator.policy.RateState`: recent claim times, first refusal).
-BUFFER_STATE_SCHEMA = ("rows string, timer_ms long, rate_recent string, throttled_since_ms long,"
-                       " throttled_until_ms long")
+#: One state row per shard: its groups (:meth:`~consolidator.spark.shards.Shard.dump`), the timer
+#: registered for it and the number of shards it was written with.
+SHARD_STATE_SCHEMA = "groups string, timer_ms long, shards int"
 BATCH, DEAD_LETTER, EXPIRED = "batch", "dead_letter", "expired"
 DEFAULT_NAMES = FieldNames()
 DEFAULT_POLICY = Policy()
-
-
-def dump_rows(rows: dict) -> str:
-    """PENDING rows of a :class:`PendingBuffer` as one compact JSON text (the group's state)."""
-    return json.dumps([
-        [bucket, item_id, m.position.topic, m.position.partition, m.position.offset, m.items,
-         m.first_seen_ms, m.last_update_ms, m.merged_events, m.record_ts_ms]
-        for (bucket, item_id), m in rows.items()], separators=(",", ":"), ensure_ascii=False)
-
-
-def load_rows(text: str) -> list[tuple[tuple[int, str], Member]]:
-    """Inverse of :func:`dump_rows`."""
-    return [((bucket, item_id), Member(SourcePosition(topic, partition, offset), item_id,
-                                        tuple((sku, quantity) for sku, quantity in items), first, last, merged,
-                                        record_ts))
-            for bucket, item_id, topic, partition, offset, items, first, last, merged, record_ts in json.loads(text)]
 
 
 def _processor_class():
     import pandas as pd
     from pyspark.sql.streaming import StatefulProcessor
 
-    from consolidator.spark.transforms import POISON_GROUP, parse_items
-
     columns = ["kind", "group_key", "batch_id", "reason", "body"]
 
-    class BufferProcessor(StatefulProcessor):
-        """Thin adapter: Spark state <-> :class:`PendingBuffer`, policy decides, batch builds.
+    class ShardProcessor(StatefulProcessor):
+        """Thin adapter: Spark state <-> :class:`Shard`, policy decides, batch builds.
 
-        A group's whole buffer is one value in state, read once and written once per call, and
-        its timer moves only when the group became due sooner: every state access is a round
-        trip between the Python worker and the JVM, so their number, not their size, is what
-        costs (see docs/spark.md, "Throughput")."""
+        A shard's groups are one value in state, read once and written once per call, and its
+        timer moves only when the shard became due sooner: every state access is a round trip
+        between the Python worker and the JVM, so their number, not their size, is what costs
+        (see docs/spark.md, "Throughput")."""
 
-        def __init__(self, policy: Policy, tracked: bool = False) -> None:
+        def __init__(self, policy: Policy, shards: int, tracked: bool = False) -> None:
             self.policy = policy
+            self.shards = shards
             self.tracked = tracked  # completion tracking: messages list each member's item id
 
         def init(self, handle) -> None:
             self.handle = handle
-            self.state = handle.getValueState("buffer", BUFFER_STATE_SCHEMA)
+            self.state = handle.getValueState("shard", SHARD_STATE_SCHEMA)
 
-        # -- state <-> buffer ------------------------------------------------------------
+        # -- state <-> shard -------------------------------------------------------------
 
-        def _load(self, group_key: str) -> tuple[PendingBuffer, int | None]:
-            stored = self.state.get()  # None when the group has no PENDING rows and no rate state
+        def _load(self) -> tuple[Shard, int | None]:
+            stored = self.state.get()  # None when no group of the shard holds rows or rate state
             if stored is None:
-                return PendingBuffer(group_key, seen=None), None
-            rows, timer_ms, recent, since, until = stored
-            rate = RateState(tuple(int(t) for t in (recent or "").split(",") if t), _int_or_none(since))
-            return (PendingBuffer.restore(group_key, load_rows(rows), rate, _int_or_none(until)),
-                    _int_or_none(timer_ms))
+                return Shard(self.shards), None
+            groups, timer_ms, shards = stored
+            return Shard.load(self.shards, groups, _int_or_none(shards)), _int_or_none(timer_ms)
 
-        def _save(self, buffer: PendingBuffer, timer_ms: int | None) -> None:
-            """Store the rows; make sure a timer fires at or before the group's due time. A
+        def _save(self, shard: Shard, timer_ms: int | None, now_ms: int) -> None:
+            """Store the groups; make sure a timer fires at or before the shard's due time. A
             timer set earlier stays (it fires, finds nothing due, and sets the next one): the
             idle due time moves with every event, and moving the timer each time would cost
-            two more round trips per group and micro-batch."""
-            due = buffer.next_due_ms(self.policy)
-            if due is not None and (timer_ms is None or due < timer_ms):
-                if timer_ms is not None:
-                    self.handle.deleteTimer(timer_ms)
+            two more round trips per shard and micro-batch. A timer at or before ``now_ms``
+            goes: every due group was just planned."""
+            due = shard.next_due_ms(self.policy)
+            if timer_ms is not None and (due is None or timer_ms <= now_ms or due < timer_ms):
+                self.handle.deleteTimer(timer_ms)
+                timer_ms = None
+            if due is not None and timer_ms is None:
                 self.handle.registerTimer(due)
                 timer_ms = due
-            rate = buffer.rate
-            if buffer.rows or rate.recent_ms or rate.throttled_since_ms is not None:
-                self.state.update((dump_rows(buffer.rows), timer_ms, ",".join(map(str, rate.recent_ms)),
-                                   rate.throttled_since_ms, buffer.throttled_until_ms))
-            else:
-                if timer_ms is not None:
-                    self.handle.deleteTimer(timer_ms)
+            groups = shard.dump(self.policy)
+            if groups is None:
                 self.state.clear()
+            else:
+                self.state.update((groups, timer_ms, self.shards))
 
-        def _flush(self, buffer: PendingBuffer, now_ms: int) -> list[tuple]:
+        def _flush(self, shard: Shard, now_ms: int) -> list[tuple]:
             out = []
-            plan = buffer.plan(now_ms, self.policy)
-            for member in plan.expired:  # to the dead-letter destination, like the Lambda path's expiry
-                entry = expired_entry(buffer.group_key, member, now_ms, now_ms)
-                out.append((EXPIRED, buffer.group_key, None, "expired", json.dumps(entry, sort_keys=True)))
-            for claim in plan.claims:
-                message = build_message(buffer.group_key, claim.rows, claim.reason, flushed_at_ms=now_ms,
-                                        tracked=self.tracked, held_back_ms=claim.held_back_ms)
-                out.append((BATCH, buffer.group_key, message["batch_id"], str(claim.reason),
-                            encode(message).decode()))
+            for group_key, plan in shard.plan_due(now_ms, self.policy):
+                for member in plan.expired:  # to the dead-letter destination, like the Lambda path's expiry
+                    entry = expired_entry(group_key, member, now_ms, now_ms)
+                    out.append((EXPIRED, group_key, None, "expired", json.dumps(entry, sort_keys=True)))
+                for claim in plan.claims:
+                    message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=now_ms,
+                                            tracked=self.tracked, held_back_ms=claim.held_back_ms)
+                    out.append((BATCH, group_key, message["batch_id"], str(claim.reason),
+                                encode(message).decode()))
             return out
 
         # -- Spark callbacks -------------------------------------------------------------
 
         def handleInputRows(self, key, rows: Iterator[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:
-            group_key = key[0]
             now = timerValues.getCurrentProcessingTimeInMs()
             frame = pd.concat(list(rows), ignore_index=True)
-            if group_key == POISON_GROUP:
+            if key[0] == POISON_SHARD:
                 yield pd.DataFrame(_dead_letters(frame, now), columns=columns)
                 return
-            buffer, timer_ms = self._load(group_key)
-            buffer.seen = set()  # duplicates inside this micro-batch only (see module docstring)
-            events = sorted(
-                (BufferedEvent(SourcePosition(t, int(p), int(o)), int(ts), item, parse_items(items))
-                 for t, p, o, ts, item, items in zip(
-                     frame["topic"], frame["partition"], frame["offset"], frame["timestamp_ms"],
-                     frame["item_id"], frame["items"], strict=True)),
-                key=lambda e: (e.timestamp_ms, e.position))
-            for event in events:
-                buffer.ingest(event, now)
-            out = self._flush(buffer, now)
-            self._save(buffer, timer_ms)
+            shard, timer_ms = self._load()
+            # one clock for the whole call: the order of ingest does not change the rows (the
+            # newest position wins, counts add up), so the frame's order is as good as any
+            buffers: dict[str, PendingBuffer] = {}
+            items_of: dict[str, tuple] = {}  # the same items text, parsed once
+            for group, t, p, o, ts, item, items in zip(
+                    frame["group_key"].tolist(), frame["topic"].tolist(), frame["partition"].tolist(),
+                    frame["offset"].tolist(), frame["timestamp_ms"].tolist(), frame["item_id"].tolist(),
+                    frame["items"].tolist(), strict=True):
+                buffer = buffers.get(group)
+                if buffer is None:
+                    buffer = buffers[group] = shard.buffer(group)
+                parsed = items_of.get(items)
+                if parsed is None:
+                    parsed = items_of[items] = _items(items)
+                buffer.ingest(BufferedEvent(SourcePosition(t, p, o), ts, item, parsed), now)
+            out = self._flush(shard, now)
+            self._save(shard, timer_ms, now)
             if out:
                 yield pd.DataFrame(out, columns=columns)
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
             now = timerValues.getCurrentProcessingTimeInMs()
-            buffer, _ = self._load(key[0])  # the expired timer is gone: nothing to delete
-            out = self._flush(buffer, now)
-            self._save(buffer, None)
+            shard, _ = self._load()  # the expired timer goes after this call: nothing to delete
+            out = self._flush(shard, now)
+            self._save(shard, None, now)
             if out:
                 yield pd.DataFrame(out, columns=columns)
 
         def close(self) -> None:
             pass
 
-    return BufferProcessor
+    return ShardProcessor
+
+
+def _items(text: str) -> tuple[tuple[str, int], ...]:
+    """The ``items`` column (compact JSON ``[[sku, quantity], ...]``) as the event's tuple."""
+    try:
+        return tuple((sku, quantity) for sku, quantity in orjson.loads(text))
+    except orjson.JSONDecodeError:  # an integer beyond 64 bits: the standard library reads it
+        from consolidator.spark.transforms import parse_items
+
+        return parse_items(text)
 
 
 def _int_or_none(value) -> int | None:
@@ -186,13 +186,24 @@ def _dead_letters(frame, now_ms: int) -> list[tuple]:
 
 
 def aggregate(records_df, policy: Policy, names: FieldNames = DEFAULT_NAMES, max_event_bytes: int = 262_144,
-              tracked: bool = False):
+              tracked: bool = False, shards: int = DEFAULT_SHARDS):
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`, streaming) -> batches and
-    dead letters (:data:`OUTPUT_SCHEMA`); ``tracked``: batch messages for completion tracking."""
-    from consolidator.spark.transforms import decode
+    dead letters (:data:`OUTPUT_SCHEMA`); ``tracked``: batch messages for completion tracking.
+    State is keyed by shard of the group key (``shards`` of them, fixed for a checkpoint, see
+    :mod:`consolidator.spark.shards`); poison records go to their own key, without state."""
+    from pyspark.sql import functions as F
 
-    return decode(records_df, names, max_event_bytes).groupBy("group_key").transformWithStateInPandas(
-        statefulProcessor=_processor_class()(policy, tracked), outputStructType=OUTPUT_SCHEMA,
+    from consolidator.spark.transforms import POISON_GROUP, decode
+
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, not {shards}")
+    decoded = decode(records_df, names, max_event_bytes)
+    poison = F.col("group_key") == POISON_GROUP
+    shard = F.when(poison, F.lit(POISON_SHARD)).otherwise(F.pmod(F.xxhash64("group_key"), F.lit(shards)).cast("int"))
+    # the record key only matters in a dead-letter entry: null elsewhere, less to shuffle and convert
+    decoded = decoded.withColumns({"key": F.when(poison, F.col("key")), "shard": shard})
+    return decoded.groupBy("shard").transformWithStateInPandas(
+        statefulProcessor=_processor_class()(policy, shards, tracked), outputStructType=OUTPUT_SCHEMA,
         outputMode="Append", timeMode="ProcessingTime")
 
 
@@ -314,6 +325,7 @@ class StreamConfig:
     source: str = "auto"  # auto | spark | python (see consolidator.spark.source.kafka_format)
     kafka_options: tuple[tuple[str, str], ...] = ()
     tracking_database_url: str | None = None  # completion tracking on: the trackers' database
+    state_shards: int = DEFAULT_SHARDS  # state keys (fixed for a checkpoint, see consolidator.spark.shards)
 
 
 def start(spark, config: StreamConfig, writer=None):
@@ -327,7 +339,7 @@ def start(spark, config: StreamConfig, writer=None):
     source = kafka_reader(spark, config.bootstrap_servers, config.topic, streaming=True,
                           prefer=config.source, options=options).load()
     output = aggregate(records(source), config.policy, config.names, config.max_event_bytes,
-                       tracked=config.tracking_database_url is not None)
+                       tracked=config.tracking_database_url is not None, shards=config.state_shards)
     return (output.writeStream.queryName("consolidator-aggregator")
             .foreachBatch(writer or BatchWriter(config.sink_url, config.dead_letter_url,
                                                 tracking_database_url=config.tracking_database_url))
