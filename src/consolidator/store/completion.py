@@ -6,8 +6,9 @@ Guarantees:
 - ``apply_acks`` locks the trackers it changes (``FOR UPDATE``, in batch id order) and sets
   bits; a bit already set changes nothing; "is it complete?" is ``acked_count =
   member_count``, O(1);
-- exactly one ``apply_acks`` call sees a tracker reach its last member: that call moves the
-  outbox from NONE to PENDING and gets the completion to publish (``AckResult.completed``);
+- exactly one ``apply_acks`` call sees a tracker reach its last member: that call publishes the
+  completion inside its transaction and moves the outbox from NONE to PUBLISHED (to PENDING when
+  the sink did not confirm, or when no publisher was given) (``AckResult.completed``);
 - a PENDING completion whose publisher died is handed out again by ``lease_completions``
   once its lease expired (at least once across crashes, same stored fields).
 """
