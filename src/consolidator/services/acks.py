@@ -87,7 +87,8 @@ class AckService:
         for result in refused:
             log.warning("ack refused", extra={"batch_id": result.batch_id,
                                               "refused": [{"member": m, "reason": r} for m, r in result.refused]})
-        completed = [r.completed.batch_id for r in results if r.completed is not None and r.completed.outbox == "PUBLISHED"]
+        completed = [r.completed.batch_id for r in results
+                     if r.completed is not None and r.completed.outbox == "PUBLISHED"]
         for batch_id in completed:
             log.info("batch complete", extra={"batch_id": batch_id})
         if completed:

@@ -153,7 +153,8 @@ class CompletionStore(Connection):
             members_of: dict[str, dict[str, list[int]]] = {}
             wanted = [b for b in by_item if b in rows]
             if wanted:
-                cur.execute(f"SELECT batch_id, item_ids FROM completion_items WHERE batch_id IN ({_id_literals(wanted)})")
+                cur.execute("SELECT batch_id, item_ids FROM completion_items"
+                            f" WHERE batch_id IN ({_id_literals(wanted)})")
                 for r in cur.fetchall():
                     index: dict[str, list[int]] = {}
                     for i, item in enumerate(orjson.loads(r["item_ids"])):
