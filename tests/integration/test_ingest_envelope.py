@@ -128,9 +128,10 @@ def _is_clean_order(r: dict) -> bool:
         value = json.loads(base64.b64decode(r["value"], validate=True))
     except (KeyError, TypeError, ValueError):
         return False
+    if not isinstance(value, dict):  # JSON null, a list, a number: not an order
+        return False
     headers = r.get("headers", [])
-    items = value.get("items") if isinstance(value, dict) else None
-    order_id = value.get("order_id") if isinstance(value, dict) else None
+    items, order_id = value.get("items"), value.get("order_id")
     return (type(r.get("timestamp")) is int and 0 <= r["timestamp"] <= 2_000_000_000_000
             and r.get("key", None) in (None, "V0gtNDI=") and isinstance(headers, list)
             and all(isinstance(h, dict) and all(isinstance(v, list) and all(type(b) is int and -128 <= b <= 255
