@@ -204,6 +204,10 @@ def main() -> None:
         "targets": {"ratio_vs_load_data": 0.5, "ratio_vs_per_record": 5, "server_cpu_ratio_vs_load_data": 1.5,
                     "replay_state_rows": "partitions + a constant"},
     }
+    store.close()
+    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
+                         autocommit=True) as admin, admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {params.database}")  # the bench's own: nothing to keep
     print(json.dumps(figures))
     if args.save:
         args.save.write_text(json.dumps(figures) + "\n")
