@@ -87,3 +87,11 @@ def test_message_times_are_iso_ms_also_outside_the_years_numpy_writes_alike():
                253_402_300_800_000]
     for values in (moments[:4], moments[4:6], moments):
         assert _iso(np.asarray(values, dtype=np.int64)) == [iso_ms(v) for v in values]
+
+
+def test_items_keep_integers_beyond_64_bits():
+    """orjson reads such an integer as a float: the parser must not hand that on."""
+    from consolidator.spark.columnar import parse_items
+
+    assert parse_items('[["S",1180591620717411303424],["T",3]]') == (("S", 2**70), ("T", 3))
+    assert type(parse_items('[["S",1180591620717411303424]]')[0][1]) is int

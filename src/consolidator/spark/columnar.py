@@ -59,10 +59,10 @@ class Chunk:
     def event(self, index: int) -> BufferedEvent:
         return BufferedEvent(SourcePosition(self.topics[self.topic[index]], int(self.partition[index]),
                                             int(self.offset[index])), int(self.ts[index]),
-                             self.item_ids[self.item[index]], _parse(self.items[index].as_py()))
+                             self.item_ids[self.item[index]], parse_items(self.items[index].as_py()))
 
 
-def _ranks(values) -> tuple[np.ndarray, list[str]]:
+def ranks(values) -> tuple[np.ndarray, list[str]]:
     """Each string's rank among the distinct values, and those values sorted (as Python sorts)."""
     encoded = pc.dictionary_encode(pa.array(values, pa.string()) if isinstance(values, list) else values)
     if isinstance(encoded, pa.ChunkedArray):
@@ -76,9 +76,9 @@ def _ranks(values) -> tuple[np.ndarray, list[str]]:
 
 def make_chunk(group_keys, ts, topics, partition, offset, item, items) -> Chunk:
     """Sorts events (any order; lists or Arrow arrays, strings non-null) into a :class:`Chunk`."""
-    group, keys = _ranks(group_keys)
-    topic, names = _ranks(topics)
-    item, item_ids = _ranks(item)
+    group, keys = ranks(group_keys)
+    topic, names = ranks(topics)
+    item, item_ids = ranks(item)
     ts, partition, offset = (np.asarray(c, dtype=np.int64) for c in (ts, partition, offset))
     order = np.lexsort((offset, partition, topic, ts, group))
     group, ts, topic, partition, offset, item = (c[order] for c in (group, ts, topic, partition, offset, item))
@@ -146,11 +146,12 @@ class Batch:
     body: str
 
 
-def _parse(text: str) -> tuple[tuple[str, int], ...]:
-    try:
-        return tuple(map(tuple, orjson.loads(text)))
-    except orjson.JSONDecodeError:  # an integer beyond 64 bits: same values, slower
-        return tuple(map(tuple, json.loads(text)))
+def parse_items(text: str) -> tuple[tuple[str, int], ...]:
+    """The ``items`` column (JSON ``[[sku, quantity], ...]``) as the event's tuple."""
+    pairs = orjson.loads(text)
+    if any(type(quantity) is not int for _, quantity in pairs):  # orjson reads an integer beyond
+        pairs = json.loads(text)  # 64 bits as a float: the standard library keeps it exact
+    return tuple(map(tuple, pairs))
 
 
 def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[list[Batch], set[int]]:
@@ -227,7 +228,7 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[list[Batch], set[int]]
         for text in chosen_items[ia:ib]:
             pairs = parsed.get(text)
             if pairs is None:
-                pairs = parsed[text] = _parse(text)
+                pairs = parsed[text] = parse_items(text)
             for sku, quantity in pairs:
                 quantities[sku] = quantities.get(sku, 0) + quantity
         items = []
