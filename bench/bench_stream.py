@@ -15,6 +15,14 @@ session, each with the RocksDB state store and its own checkpoint:
   until every file is read and every event is out (the state is empty and the batches written
   hold every event; the run fails otherwise).
 
+- ceiling: the aggregator's query with a stateful processor that drops its input (no state, no
+  output): what decode, packing, shuffle and ``transformWithStateInPandas`` cost before any of
+  our processing, i.e. the best ratio any Python processor could reach on this query.
+
+Before the measured runs, each query runs once on a small input of its own (``--warmup-events``)
+in the same session: the JVM's JIT and the Python workers are then warm for all three, not only
+for whichever query runs second.
+
 The aggregator's policy is in processing time, so the bench uses a short one (``--debounce-ms``,
 ``--hard-window-ms``) that closes batches during the run. Figures per query: sustained events/s
 (input rows / summed duration of the micro-batches that read input), end-to-end events/s (first
@@ -22,7 +30,8 @@ trigger to last event out), the same rate after the first micro-batch (which als
 query and starts the Python workers) and that first micro-batch's duration, micro-batch
 duration p50/p95, state rows and state size on disk.
 The last line is one JSON object; ``ratio_vs_streaming_session_window`` = sustained events/s of
-the aggregator / sustained events/s of the baseline (target >= 0.5). Flink's Nexmark q11
+the aggregator / sustained events/s of the baseline (target >= 0.5); ``ceiling_ratio`` the same for
+the ceiling query. Flink's Nexmark q11
 (session windows) publishes about 40,000 events/s per core, printed next to ours.
 """
 
@@ -149,12 +158,12 @@ def run_session_window(spark, directory: Path, workdir: Path, files: int, files_
 
 
 def run_aggregator(spark, directory: Path, workdir: Path, files: int, files_per_trigger: int,
-                   policy: Policy, events: int) -> dict:
+                   policy: Policy, events: int, shards: int = DEFAULT_SHARDS) -> dict:
     from consolidator.spark.streaming import BatchWriter, aggregate
     from consolidator.spark.transforms import records
 
     checkpoint, out = workdir / "ckpt-aggregator", workdir / "batches.jsonl"
-    output = aggregate(records(_stream(spark, directory, files_per_trigger)), policy)
+    output = aggregate(records(_stream(spark, directory, files_per_trigger)), policy, shards=shards)
     writer = BatchWriter(f"file://{out}", f"file://{workdir / 'dead.jsonl'}")
     started = time.perf_counter()
     query = (output.writeStream.queryName("aggregator").foreachBatch(writer)
@@ -179,6 +188,64 @@ def run_aggregator(spark, directory: Path, workdir: Path, files: int, files_per_
     return figures
 
 
+def _discarding_processor():
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class Discard(StatefulProcessor):
+        """Reads every input frame, keeps nothing, emits nothing."""
+
+        def init(self, handle) -> None:
+            pass
+
+        def handleInputRows(self, key, rows, timerValues):
+            for _ in rows:
+                pass
+            return iter(())
+
+        def close(self) -> None:
+            pass
+
+    return Discard()
+
+
+def run_ceiling(spark, directory: Path, workdir: Path, files_per_trigger: int, events: int,
+                shards: int = DEFAULT_SHARDS) -> dict:
+    """The aggregator's query (decode, records packed per shard, ``transformWithStateInPandas``,
+    writer) with a processor that drops its input: the framework's own cost."""
+    from consolidator.events import FieldNames
+    from consolidator.spark.streaming import OUTPUT_SCHEMA, BatchWriter, by_shard
+    from consolidator.spark.transforms import records
+
+    checkpoint = workdir / "ckpt-ceiling"
+    source = records(_stream(spark, directory, files_per_trigger))
+    output = by_shard(source, FieldNames(), 262_144, shards).transformWithStateInPandas(
+        statefulProcessor=_discarding_processor(), outputStructType=OUTPUT_SCHEMA, outputMode="Append",
+        timeMode="ProcessingTime")
+    writer = BatchWriter(f"file://{workdir / 'ceiling.jsonl'}", f"file://{workdir / 'ceiling-dead.jsonl'}")
+    started = time.perf_counter()
+    query = (output.writeStream.queryName("ceiling").foreachBatch(writer)
+             .option("checkpointLocation", str(checkpoint)).trigger(processingTime="0 seconds").start())
+    _wait(query, lambda: sum(p["numInputRows"] for p in query.recentProgress) >= events, timeout_s=1800)
+    end_to_end = time.perf_counter() - started
+    progress = list(query.recentProgress)
+    query.stop()
+    writer.close()
+    return _figures(progress, events, end_to_end, checkpoint)
+
+
+def warm_up(spark, workdir: Path, events: int, args, policy: Policy, gap_ms: int) -> None:
+    """Each query once on ``events`` records of its own, results dropped."""
+    data = workdir / "warmup"
+    files = generate(data, events, args.groups, args.file_records, args.span_ms)
+    for name in ("warm-aggregator", "warm-ceiling", "warm-session"):
+        (workdir / name).mkdir()
+    run_aggregator(spark, data, workdir / "warm-aggregator", files, args.files_per_trigger, policy, events,
+                   args.state_shards)
+    run_ceiling(spark, data, workdir / "warm-ceiling", args.files_per_trigger, events, args.state_shards)
+    _sentinel(data, files, args.span_ms)
+    run_session_window(spark, data, workdir / "warm-session", files + 1, args.files_per_trigger, gap_ms, events)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -192,6 +259,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--gap-ms", type=int, default=None,
                         help="Baseline session gap in event time (default 60 s: the input spaces a group's "
                              "events about 7 s apart, so one session per group).")
+    parser.add_argument("--state-shards", type=int, default=DEFAULT_SHARDS)
+    parser.add_argument("--warmup-events", type=int, default=100_000,
+                        help="Records each query first runs on, unmeasured (0: no warm-up).")
     args = parser.parse_args(argv)
     policy = Policy(debounce_ms=args.debounce_ms, hard_window_ms=args.hard_window_ms)
     cores = int(args.master.removeprefix("local[").rstrip("]")) if args.master.startswith("local[") else None
@@ -204,8 +274,15 @@ def main(argv: list[str] | None = None) -> dict:
         files = generate(data, args.events, args.groups, args.file_records, args.span_ms)
         print(f"generated {args.events:,} records in {files} files ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
         gap_ms = args.gap_ms or 60_000
-        aggregator = run_aggregator(spark, data, workdir, files, args.files_per_trigger, policy, args.events)
+        if args.warmup_events:
+            t0 = time.perf_counter()
+            warm_up(spark, workdir, args.warmup_events, args, policy, gap_ms)
+            print(f"warmed up on {args.warmup_events:,} records ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+        aggregator = run_aggregator(spark, data, workdir, files, args.files_per_trigger, policy, args.events,
+                                    args.state_shards)
         print(f"aggregator: {aggregator}", file=sys.stderr)
+        ceiling = run_ceiling(spark, data, workdir, args.files_per_trigger, args.events, args.state_shards)
+        print(f"ceiling: {ceiling}", file=sys.stderr)
         _sentinel(data, files, args.span_ms)
         baseline = run_session_window(spark, data, workdir, files + 1, args.files_per_trigger, gap_ms, args.events)
         print(f"session_window: {baseline}", file=sys.stderr)
@@ -217,14 +294,18 @@ def main(argv: list[str] | None = None) -> dict:
         "files_per_trigger": args.files_per_trigger, "file_records": args.file_records,
         "policy": {"debounce_ms": policy.debounce_ms, "hard_window_ms": policy.hard_window_ms,
                    "max_batch_size": policy.max_batch_size},
-        "session_gap_ms": gap_ms, "state_shards": DEFAULT_SHARDS,
-        "aggregator": aggregator, "session_window": baseline,
+        "session_gap_ms": gap_ms, "state_shards": args.state_shards,
+        "warmup_events": args.warmup_events,
+        "aggregator": aggregator, "ceiling": ceiling, "session_window": baseline,
         "events_per_s": aggregator["events_per_s"],
         "events_per_s_per_core": round(aggregator["events_per_s"] / cores) if cores else None,
         "nexmark_q11_events_per_s_per_core": NEXMARK_Q11_EVENTS_PER_CORE,
         "ratio_after_first_batch": round(aggregator["after_first_batch_events_per_s"]
                                          / baseline["after_first_batch_events_per_s"], 3),
         "ratio_vs_streaming_session_window": round(aggregator["events_per_s"] / baseline["events_per_s"], 3),
+        "ceiling_ratio": round(ceiling["events_per_s"] / baseline["events_per_s"], 3),
+        "ceiling_ratio_after_first_batch": round(ceiling["after_first_batch_events_per_s"]
+                                                 / baseline["after_first_batch_events_per_s"], 3),
     }
     print(json.dumps(figures))
     return figures
