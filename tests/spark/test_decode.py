@@ -1,4 +1,5 @@
-"""JVM fast-path decode: exactly ``events.decode``'s results, on poison and on near-valid values."""
+"""JVM fast-path decode: exactly ``events.decode``'s results, on poison and on near-valid values,
+in both jobs (the streaming job's records also land in their group's shard, as Spark hashes it)."""
 
 from __future__ import annotations
 
@@ -108,6 +109,37 @@ def run_decode(spark, values, fast_path=True):
         r["value"] for r in rows]
 
 
+def run_packed(spark, values, shards: int = 7):
+    """The streaming job's decode (JVM fast path, ``events.decode`` in ``pack``): results as
+    :func:`run_decode`'s, after checking each record's shard against Spark's own hash."""
+    from pyspark.sql import functions as F
+
+    from consolidator.spark.packing import unpack
+    from consolidator.spark.shards import POISON_SHARD
+    from consolidator.spark.streaming import packed_records
+    from consolidator.spark.transforms import records
+
+    frame = records(spark.createDataFrame([("t", 0, i, 0, None, v) for i, v in enumerate(values)], SCHEMA))
+    placed = {}
+    for row in packed_records(frame, NAMES, MAX_BYTES, shards).collect():
+        for record in unpack([row["records"]]).to_pylist():
+            placed[record["offset"]] = (row["shard"], record)
+    groups = sorted({r["group_key"] for _, r in placed.values() if r["group_key"]})
+    spark_shard = {r["g"]: r["s"] for r in spark.createDataFrame([(g,) for g in groups], "g string").select(
+        "g", F.pmod(F.xxhash64("g"), F.lit(shards)).alias("s")).collect()}
+    for shard, record in placed.values():
+        assert shard == (spark_shard[record["group_key"]] if record["group_key"] else POISON_SHARD), record
+    rows = [placed[i][1] for i in range(len(values))]
+    return [(r["group_key"], r["item_id"], r["items"], r["poison_reason"], r["poison_detail"]) for r in rows], [
+        r["value"] for r in rows]
+
+
+@pytest.fixture(params=["replay", "streaming"])
+def decoded(request):
+    """Either job's decode: ``transforms.decode`` (replay) or ``streaming.packed_records``."""
+    return run_decode if request.param == "replay" else run_packed
+
+
 def proven(spark, values) -> list[bool]:
     from consolidator.spark.transforms import fast_decode, fast_schema
 
@@ -116,18 +148,23 @@ def proven(spark, values) -> list[bool]:
         fast_decode(frame["value"], fast_schema(NAMES), MAX_BYTES).alias("f")).collect()]
 
 
-def test_poison_and_unusual_values_get_the_lambda_paths_results(spark):
+def test_poison_and_unusual_values_get_the_lambda_paths_results(spark, decoded):
     values = CANONICAL + POISON + UNUSUAL
-    got, kept = run_decode(spark, values)
+    got, kept = decoded(spark, values)
     assert got == [expected(v) for v in values]
     assert kept == [v if expected(v)[3] else None for v in values]  # poison keeps its bytes
     assert proven(spark, values) == [True] * len(CANONICAL) + [False] * (len(POISON) + len(UNUSUAL))
 
 
-def test_near_valid_values_decode_exactly_as_events_decode(spark):
+def test_values_that_all_take_the_fast_path_decode_alone(spark, decoded):
+    got, kept = decoded(spark, CANONICAL)
+    assert got == [expected(v) for v in CANONICAL] and kept == [None] * len(CANONICAL)
+
+
+def test_near_valid_values_decode_exactly_as_events_decode(spark, decoded):
     rng = random.Random(14)
     values = [near_valid(rng) for _ in range(3000)]
-    got, _ = run_decode(spark, values)
+    got, _ = decoded(spark, values)
     wrong = [(v, g, expected(v)) for v, g in zip(values, got, strict=True) if g != expected(v)]
     assert not wrong, wrong[:5]
     ok = proven(spark, values)

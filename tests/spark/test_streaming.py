@@ -226,3 +226,40 @@ def test_state_is_one_row_per_shard_not_per_group(spark, kafka, tmp_path):
     assert sorted(b["batch_id"] for b in batches) == expected  # the third order of each group waits
     state_rows = progress[-1]["stateOperators"][0]["numRowsTotal"]
     assert 1 <= state_rows <= 3, f"{state_rows} state rows hold the pending rows of {len(groups)} groups"
+
+
+def test_a_restart_under_another_kind_of_policy_keeps_the_pending_rows(spark, kafka, tmp_path):
+    """A plain policy keeps a shard's rows as columns, a rate-limited one per group: a restart
+    from the same checkpoint with the other kind converts the stored rows, losing none."""
+    from consolidator.policy import RateLimit
+
+    topic = kafka.topic("orders")
+    out = tmp_path / "batches.jsonl"
+    plain = Policy(debounce_ms=600_000, hard_window_ms=600_000, max_batch_size=2)
+    limited = Policy(debounce_ms=600_000, hard_window_ms=600_000, max_batch_size=2, rate_limit=RateLimit(100, 1_000))
+    groups = [f"P{i}" for i in range(4)]
+    offsets = {g: [] for g in groups}
+
+    def published() -> set[str]:  # a stop between a write and its commit republishes the same ids
+        return {b["batch_id"] for b in read_lines(out)}
+
+    def phase(policy: Policy, orders: int, batches: int) -> None:
+        first = sum(map(len, offsets.values()))
+        kafka.produce(topic, [(g.encode(), order(g, f"o{first + n}"), now_ms())
+                              for n, g in enumerate(g for g in groups for _ in range(orders))], partition=0)
+        for n, g in enumerate(g for g in groups for _ in range(orders)):
+            offsets[g].append(first + n)
+        config = StreamConfig(kafka.bootstrap, topic, f"file://{out}", f"file://{tmp_path / 'dead.jsonl'}",
+                              str(tmp_path / "ckpt"), policy=policy, trigger_ms=250, source="python")
+        query = start(spark, config)
+        try:
+            wait_for(lambda: len(published()) >= batches, query, timeout_s=150)
+        finally:
+            query.stop()
+
+    phase(plain, 3, batches=4)  # per group: a full batch, one row left (stored as columns)
+    phase(limited, 2, batches=8)  # with it: a full batch, one row left (stored per group)
+    phase(plain, 1, batches=12)  # with it: a full batch
+    expected = sorted(batch_id(g, [SourcePosition(topic, 0, o) for o in offsets[g][a:a + 2]])
+                      for g in groups for a in (0, 2, 4))
+    assert sorted(published()) == expected

@@ -167,7 +167,8 @@ def stream(
         help="Completion tracking: seal every batch in this database (mysql://...) before it is "
              "published, so the acks function tracks Spark-built batches too.")] = None,
     state_shards: Annotated[int, typer.Option(
-        "--state-shards", min=1, help="State keys (shards of the group keys); fixed for a checkpoint.")] = DEFAULT_SHARDS,
+        "--state-shards", min=1, help="State keys (shards of the group keys; at least the stateful stage's partitions); "
+                                   "fixed for a checkpoint.")] = DEFAULT_SHARDS,
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
     from consolidator.spark.session import build_session, log_progress

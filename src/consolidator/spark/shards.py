@@ -6,31 +6,32 @@ calls and round trips were most of a micro-batch (docs/spark.md, "Throughput"); 
 ``shard_of(group) = pmod(xxhash64(group), shards)``, a micro-batch costs a handful of round trips
 per shard, whatever the number of groups.
 
-A :class:`Shard` holds its groups' PENDING rows and rate state as one JSON value
-(:meth:`Shard.dump`). Groups are decoded only when touched: an event arrived for them, or they
+Under a policy with a rate limit, TTL or byte cap, a :class:`Shard` holds its groups' PENDING
+rows and rate state as one JSON value (:meth:`Shard.dump`; a plain policy keeps them as one
+Arrow table, :mod:`consolidator.spark.pending`). Groups are decoded only when touched: an event arrived for them, or they
 are due (the due time is stored next to each group). Each group is still exactly one
 :class:`~consolidator.spark.buffer.PendingBuffer`, so the policy's decisions per group are the
 per-group job's: same claims, same batch ids.
 
-The number of shards is fixed for a checkpoint (state keys depend on it); :meth:`Shard.load`
+The number of shards is fixed for a checkpoint (state keys depend on it); :func:`check_shards`
 refuses state written with another number.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import orjson
 
 from consolidator.batch import Member
 from consolidator.events import SourcePosition
 from consolidator.policy import GroupPlan, Policy, RateState
-from consolidator.spark.buffer import PendingBuffer
+from consolidator.spark.buffer import PendingBuffer, RowKey
 
 #: State keys per streaming query. At least the shuffle partitions of the stateful stage (a
 #: shard is never split across tasks); more shards mean smaller values to rewrite, fewer mean
 #: fewer Python calls and round trips per micro-batch.
-DEFAULT_SHARDS = 64
+DEFAULT_SHARDS = 16
 POISON_SHARD = -1  # state key of poison records: dead letters, no state
 
 
@@ -53,6 +54,12 @@ def _buffer(group_key: str, entry: list) -> PendingBuffer:
     return PendingBuffer.restore(group_key, members, RateState(tuple(recent), since), until)
 
 
+def check_shards(stored_shards: int | None, shards: int) -> None:
+    if stored_shards != shards:
+        raise ShardMismatch(f"state written with {stored_shards} shards, query runs with {shards}: "
+                            "keep the number of shards of a checkpoint")
+
+
 class Shard:
     """The groups of one state key. Not thread-safe; one per Python call."""
 
@@ -66,10 +73,28 @@ class Shard:
         """The shard from its state value (None: no state yet)."""
         if stored is None:
             return cls(shards)
-        if stored_shards != shards:
-            raise ShardMismatch(f"state written with {stored_shards} shards, query runs with {shards}: "
-                                "keep the number of shards of a checkpoint")
+        check_shards(stored_shards, shards)
         return cls(shards, orjson.loads(stored))
+
+    @classmethod
+    def of_members(cls, shards: int, rows: Iterable[tuple[str, RowKey, Member]]) -> Shard:
+        """A shard holding ``rows`` (group key, row key, member), without rate state."""
+        by_group: dict[str, list[tuple[RowKey, Member]]] = {}
+        for group_key, key, member in rows:
+            by_group.setdefault(group_key, []).append((key, member))
+        shard = cls(shards)
+        for group_key, members in by_group.items():
+            buffer = shard._open[group_key] = PendingBuffer.restore(group_key, members)
+            buffer.seen = set()  # as buffer() gives it: duplicates inside one micro-batch are ignored
+        return shard
+
+    def members(self) -> Iterator[tuple[str, RowKey, Member]]:
+        """Every row of every group as (group key, row key, member)."""
+        for group_key in list(self._entries):
+            self.buffer(group_key)
+        for group_key, buffer in self._open.items():
+            for key, member in buffer.rows.items():
+                yield group_key, key, member
 
     def buffer(self, group_key: str) -> PendingBuffer:
         """The group's buffer, decoded on first use, with an empty position ledger (duplicates

@@ -4,10 +4,13 @@ Same policy (``policy.py``), same message v1 (``batch.py``), same validation
 (``events.decode``) as the Lambda path; Spark state (RocksDB) instead of the MySQL buffer.
 
 State is keyed by a fixed number of shards of the group keys (:mod:`consolidator.spark.shards`:
-one Python call and a few state round trips per shard and micro-batch, not per group). Per shard
-the processor keeps its groups' PENDING rows (one ``ValueState``; per group the rows keyed by
-(bucket, item id) with the buffer's rules, :class:`~consolidator.spark.buffer.PendingBuffer`),
-and one processing-time timer at the earliest ``next_due_ms`` of its groups. Each micro-batch
+one Python call and a few state round trips per shard and micro-batch, not per group), and a
+shard's records travel to it packed, one row per shard and input Arrow batch
+(:func:`~consolidator.spark.packing.pack`). Per shard the processor keeps its groups' PENDING
+rows in one ``ValueState``, with the buffer's rules: as one Arrow table under a plain policy
+(:class:`~consolidator.spark.pending.PendingTable`), else per group with its rate state
+(:class:`~consolidator.spark.shards.Shard`); and one processing-time timer at the earliest
+``next_due_ms`` of its groups. Each micro-batch
 ingests its events with ``now`` = the batch's processing time (the Lambda path's ingest clock),
 then claims whatever is due (``full`` right away); a timer claims what became due through
 ``idle`` or ``hard_window``. Flushes happen on timers, not on the Lambda path's tick grid: same
@@ -32,20 +35,23 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-import orjson
-
 from consolidator.batch import build_message, encode
 from consolidator.deadletter import expired_entry, poison_entry
 from consolidator.errors import DeliveryError
 from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
 from consolidator.policy import Policy
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
-from consolidator.spark.shards import DEFAULT_SHARDS, POISON_SHARD, Shard
+from consolidator.spark.columnar import is_plain, parse_items
+from consolidator.spark.packing import PACKED_SCHEMA, pack, unpack
+from consolidator.spark.pending import PendingTable
+from consolidator.spark.shards import DEFAULT_SHARDS, POISON_SHARD, Shard, check_shards
 
 OUTPUT_SCHEMA = "kind string, group_key string, batch_id string, reason string, body string"
-#: One state row per shard: its groups (:meth:`~consolidator.spark.shards.Shard.dump`), the timer
-#: registered for it and the number of shards it was written with.
-SHARD_STATE_SCHEMA = "groups string, timer_ms long, shards int"
+#: One state row per shard: its pending rows, as columns under a plain policy (``rows``,
+#: :meth:`~consolidator.spark.pending.PendingTable.dump`) or per group otherwise (``groups``,
+#: :meth:`~consolidator.spark.shards.Shard.dump`), the timer registered for it and the number of
+#: shards it was written with.
+SHARD_STATE_SCHEMA = "groups string, timer_ms long, shards int, rows binary"
 BATCH, DEAD_LETTER, EXPIRED = "batch", "dead_letter", "expired"
 DEFAULT_NAMES = FieldNames()
 DEFAULT_POLICY = Policy()
@@ -69,6 +75,7 @@ def _processor_class():
             self.policy = policy
             self.shards = shards
             self.tracked = tracked  # completion tracking: messages list each member's item id
+            self.plain = is_plain(policy)  # rows as columns (PendingTable), else per group (Shard)
 
         def init(self, handle) -> None:
             self.handle = handle
@@ -76,15 +83,23 @@ def _processor_class():
 
         # -- state <-> shard -------------------------------------------------------------
 
-        def _load(self) -> tuple[Shard, int | None]:
+        def _load(self) -> tuple[PendingTable | Shard, int | None]:
+            """The shard's rows in the layout of this policy (converted when the checkpoint was
+            written under the other one), and its registered timer."""
             stored = self.state.get()  # None when no group of the shard holds rows or rate state
             if stored is None:
-                return Shard(self.shards), None
-            groups, timer_ms, shards = stored
-            return Shard.load(self.shards, groups, _int_or_none(shards)), _int_or_none(timer_ms)
+                return (PendingTable() if self.plain else Shard(self.shards)), None
+            groups, timer_ms, shards, rows = stored
+            timer_ms = _int_or_none(timer_ms)
+            if rows is None:
+                shard = Shard.load(self.shards, groups, _int_or_none(shards))
+                return (PendingTable.of_members(shard.members()) if self.plain else shard), timer_ms
+            check_shards(_int_or_none(shards), self.shards)
+            table = PendingTable.load(bytes(rows))
+            return (table if self.plain else Shard.of_members(self.shards, table.members())), timer_ms
 
-        def _save(self, shard: Shard, timer_ms: int | None, now_ms: int) -> None:
-            """Store the groups; make sure a timer fires at or before the shard's due time. A
+        def _save(self, shard: PendingTable | Shard, timer_ms: int | None, now_ms: int) -> None:
+            """Store the rows; make sure a timer fires at or before the shard's due time. A
             timer set earlier stays (it fires, finds nothing due, and sets the next one): the
             idle due time moves with every event, and moving the timer each time would cost
             two more round trips per shard and micro-batch. A timer at or before ``now_ms``
@@ -96,13 +111,16 @@ def _processor_class():
             if due is not None and timer_ms is None:
                 self.handle.registerTimer(due)
                 timer_ms = due
-            groups = shard.dump(self.policy)
-            if groups is None:
+            if isinstance(shard, PendingTable):
+                rows, groups = shard.dump(), None
+            else:
+                rows, groups = None, shard.dump(self.policy)
+            if rows is None and groups is None:
                 self.state.clear()
             else:
-                self.state.update((groups, timer_ms, self.shards))
+                self.state.update((groups, timer_ms, self.shards, rows))
 
-        def _flush(self, shard: Shard, now_ms: int) -> list[tuple]:
+        def _flush(self, shard: PendingTable | Shard, now_ms: int) -> list[tuple]:
             out = []
             for group_key, plan in shard.plan_due(now_ms, self.policy):
                 for member in plan.expired:  # to the dead-letter destination, like the Lambda path's expiry
@@ -119,26 +137,15 @@ def _processor_class():
 
         def handleInputRows(self, key, rows: Iterator[pd.DataFrame], timerValues) -> Iterator[pd.DataFrame]:
             now = timerValues.getCurrentProcessingTimeInMs()
-            frame = pd.concat(list(rows), ignore_index=True)
+            records = unpack(blob for frame in rows for blob in frame["records"])
             if key[0] == POISON_SHARD:
-                yield pd.DataFrame(_dead_letters(frame, now), columns=columns)
+                yield pd.DataFrame(_dead_letters(records, now), columns=columns)
                 return
             shard, timer_ms = self._load()
-            # one clock for the whole call: the order of ingest does not change the rows (the
-            # newest position wins, counts add up), so the frame's order is as good as any
-            buffers: dict[str, PendingBuffer] = {}
-            items_of: dict[str, tuple] = {}  # the same items text, parsed once
-            for group, t, p, o, ts, item, items in zip(
-                    frame["group_key"].tolist(), frame["topic"].tolist(), frame["partition"].tolist(),
-                    frame["offset"].tolist(), frame["timestamp_ms"].tolist(), frame["item_id"].tolist(),
-                    frame["items"].tolist(), strict=True):
-                buffer = buffers.get(group)
-                if buffer is None:
-                    buffer = buffers[group] = shard.buffer(group)
-                parsed = items_of.get(items)
-                if parsed is None:
-                    parsed = items_of[items] = _items(items)
-                buffer.ingest(BufferedEvent(SourcePosition(t, p, o), ts, item, parsed), now)
+            if isinstance(shard, PendingTable):
+                shard.ingest(records, now)
+            else:
+                _ingest(shard, records, now)
             out = self._flush(shard, now)
             self._save(shard, timer_ms, now)
             if out:
@@ -158,14 +165,21 @@ def _processor_class():
     return ShardProcessor
 
 
-def _items(text: str) -> tuple[tuple[str, int], ...]:
-    """The ``items`` column (compact JSON ``[[sku, quantity], ...]``) as the event's tuple."""
-    try:
-        return tuple((sku, quantity) for sku, quantity in orjson.loads(text))
-    except orjson.JSONDecodeError:  # an integer beyond 64 bits: the standard library reads it
-        from consolidator.spark.transforms import parse_items
-
-        return parse_items(text)
+def _ingest(shard: Shard, records, now_ms: int) -> None:
+    """The records' events into their groups' buffers, one at a time, with one clock for the
+    whole call: the order of ingest does not change the rows (the newest position wins, counts
+    add up), so the records' order is as good as any."""
+    buffers: dict[str, PendingBuffer] = {}
+    items_of: dict[str, tuple] = {}  # the same items text, parsed once
+    for group, t, p, o, ts, item, items in zip(*(records.column(name).to_pylist() for name in (
+            "group_key", "topic", "partition", "offset", "timestamp_ms", "item_id", "items")), strict=True):
+        buffer = buffers.get(group)
+        if buffer is None:
+            buffer = buffers[group] = shard.buffer(group)
+        parsed = items_of.get(items)
+        if parsed is None:
+            parsed = items_of[items] = parse_items(items)
+        buffer.ingest(BufferedEvent(SourcePosition(t, p, o), ts, item, parsed), now_ms)
 
 
 def _int_or_none(value) -> int | None:
@@ -173,12 +187,11 @@ def _int_or_none(value) -> int | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
 
 
-def _dead_letters(frame, now_ms: int) -> list[tuple]:
+def _dead_letters(records, now_ms: int) -> list[tuple]:
     out = []
-    for topic, partition, offset, ts, key, value, reason, detail in zip(
-        frame["topic"], frame["partition"], frame["offset"], frame["timestamp_ms"], frame["key"],
-        frame["value"], frame["poison_reason"], frame["poison_detail"], strict=True,
-    ):
+    for topic, partition, offset, ts, key, value, reason, detail in zip(*(records.column(name).to_pylist() for name in (
+            "topic", "partition", "offset", "timestamp_ms", "key", "value", "poison_reason", "poison_detail")),
+            strict=True):
         record = KafkaRecord(topic, int(partition), int(offset), int(ts), key, value)
         entry = poison_entry(record, PoisonEvent(PoisonReason(reason), detail), now_ms)
         out.append((DEAD_LETTER, None, None, reason, json.dumps(entry, sort_keys=True)))
@@ -191,20 +204,37 @@ def aggregate(records_df, policy: Policy, names: FieldNames = DEFAULT_NAMES, max
     dead letters (:data:`OUTPUT_SCHEMA`); ``tracked``: batch messages for completion tracking.
     State is keyed by shard of the group key (``shards`` of them, fixed for a checkpoint, see
     :mod:`consolidator.spark.shards`); poison records go to their own key, without state."""
+    return by_shard(records_df, names, max_event_bytes, shards).transformWithStateInPandas(
+        statefulProcessor=_processor_class()(policy, shards, tracked), outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append", timeMode="ProcessingTime")
+
+
+def by_shard(records_df, names: FieldNames, max_event_bytes: int, shards: int):
+    """The stateful step's input: :func:`packed_records` grouped by shard."""
+    return packed_records(records_df, names, max_event_bytes, shards).groupBy("shard")
+
+
+def packed_records(records_df, names: FieldNames, max_event_bytes: int, shards: int):
+    """Each record decoded (Spark's JSON functions where they prove the value valid, else
+    ``events.decode`` in :func:`pack`), then packed per shard of its group key, poison records
+    in :data:`POISON_SHARD` (:data:`PACKED_SCHEMA`)."""
     from pyspark.sql import functions as F
 
-    from consolidator.spark.transforms import POISON_GROUP, decode
+    from consolidator.spark.transforms import RECORD_SCHEMA, fast_decode, fast_schema, not_proven
 
     if shards < 1:
         raise ValueError(f"shards must be >= 1, not {shards}")
-    decoded = decode(records_df, names, max_event_bytes)
-    poison = F.col("group_key") == POISON_GROUP
-    shard = F.when(poison, F.lit(POISON_SHARD)).otherwise(F.pmod(F.xxhash64("group_key"), F.lit(shards)).cast("int"))
-    # the record key only matters in a dead-letter entry: null elsewhere, less to shuffle and convert
-    decoded = decoded.withColumns({"key": F.when(poison, F.col("key")), "shard": shard})
-    return decoded.groupBy("shard").transformWithStateInPandas(
-        statefulProcessor=_processor_class()(policy, shards, tracked), outputStructType=OUTPUT_SCHEMA,
-        outputMode="Append", timeMode="ProcessingTime")
+    schema = fast_schema(names)
+    fast = fast_decode(F.col("value"), schema, max_event_bytes) if schema is not None else not_proven()
+    ok = F.col("_fast.ok")
+    staged = records_df.select(*RECORD_SCHEMA.fieldNames(), fast.alias("_fast")).select(
+        "topic", "partition", "offset", "timestamp_ms",
+        # key and value only where pack must decode the record (a dead-letter entry needs them)
+        F.when(~ok, F.col("key")).alias("key"), F.when(~ok, F.col("value")).alias("value"),
+        *(F.col(f"_fast.{n}").alias(n) for n in ("group_key", "item_id", "items")),
+        F.when(ok, F.pmod(F.xxhash64(F.col("_fast.group_key")), F.lit(shards)).cast("int")).alias("shard"))
+    packing = functools.partial(pack, names=names, max_event_bytes=max_event_bytes, shards=shards)
+    return staged.mapInArrow(packing, PACKED_SCHEMA)
 
 
 _DESTINATIONS: dict[tuple[str, str], object] = {}  # per Python worker: producers outlive a task

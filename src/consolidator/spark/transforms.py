@@ -16,8 +16,7 @@ from pyspark.sql import types as T
 
 from consolidator.events import MAX_KEY_CHARS, FieldNames, KafkaRecord, PoisonEvent
 from consolidator.events import decode as decode_record
-
-POISON_GROUP = ""  # group column of poison records: valid group keys are never empty
+from consolidator.spark.packing import POISON_GROUP
 
 #: The columns every source yields (Spark's own Kafka source has these names and types).
 SOURCE_SCHEMA = T.StructType([
@@ -149,15 +148,26 @@ def fast_decode(value: Column, schema: T.StructType, max_event_bytes: int) -> Co
     # from_json once per record: bound to a lambda variable, Spark's JSON optimisation cannot split
     # it into one parse per field read
     result = F.transform(F.array(F.from_json(text, schema)), checked)[0]
-    return F.when(worth_parsing, result).otherwise(_not_proven())
+    return F.when(worth_parsing, result).otherwise(not_proven())
 
 
-def _not_proven() -> Column:
+def not_proven() -> Column:
     return F.struct(F.lit(False).alias("ok"), *(F.lit(None).cast("string").alias(n)
                                                 for n in ("group_key", "item_id", "items")))
 
 
 _FALLBACK_TYPE = "group_key string, item_id string, items string, poison_reason string, poison_detail string"
+
+
+def decode_value(value: bytes, names: FieldNames, max_event_bytes: int) -> dict[str, str]:
+    """``events.decode`` of one value as the decoded columns: ``group_key``, ``item_id`` and
+    ``items`` (JSON), or, for poison, :data:`POISON_GROUP` with ``poison_reason`` and ``poison_detail``."""
+    try:
+        event = decode_record(KafkaRecord("", 0, 0, 0, None, value), names, max_event_bytes)
+    except PoisonEvent as poison:
+        return {"group_key": POISON_GROUP, "poison_reason": str(poison.reason), "poison_detail": poison.detail}
+    return {"group_key": event.group_key, "item_id": event.item_id,
+            "items": json.dumps(event.items, separators=(",", ":"), ensure_ascii=False)}
 
 
 def _fallback(names: FieldNames, max_event_bytes: int):
@@ -176,15 +186,7 @@ def _fallback(names: FieldNames, max_event_bytes: int):
             return pa.nulls(count, out_type)
         rows: list[dict | None] = [None] * count
         for index in todo:
-            record = KafkaRecord("", 0, 0, 0, None, value[index].as_py())
-            try:
-                event = decode_record(record, names, max_event_bytes)
-            except PoisonEvent as poison:
-                rows[index] = {"group_key": POISON_GROUP, "poison_reason": str(poison.reason),
-                               "poison_detail": poison.detail}
-                continue
-            rows[index] = {"group_key": event.group_key, "item_id": event.item_id,
-                           "items": json.dumps(event.items, separators=(",", ":"), ensure_ascii=False)}
+            rows[index] = decode_value(value[index].as_py(), names, max_event_bytes)
         return pa.array(rows, out_type)
 
     fallback.__annotations__ = {"value": pa.Array, "return": pa.Array}  # resolved here, not as strings
@@ -221,7 +223,7 @@ def decode(df: DataFrame, names: FieldNames, max_event_bytes: int, fast_path: bo
     if fast_path and schema is not None:
         fast = fast_decode(F.col("value"), schema, max_event_bytes)
     else:
-        fast = _not_proven()
+        fast = not_proven()
     staged = df.select(*fields, fast.alias("_fast"))
     ok = F.col("_fast.ok")
     slow = _fallback(names, max_event_bytes)(F.when(~ok, F.coalesce(F.col("value"), F.lit(b""))))
@@ -235,8 +237,3 @@ def decode(df: DataFrame, names: FieldNames, max_event_bytes: int, fast_path: bo
         F.col("_slow.poison_reason").alias("poison_reason"),
         F.col("_slow.poison_detail").alias("poison_detail"),
     )
-
-
-def parse_items(text: str) -> tuple[tuple[str, int], ...]:
-    """The ``items`` column back to the tuple :class:`~consolidator.events.Event` carries."""
-    return tuple((sku, quantity) for sku, quantity in json.loads(text))
