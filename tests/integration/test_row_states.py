@@ -7,13 +7,16 @@ flush's re-publish) reads that effective state; a database from before it keeps 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from support import ROWS, STATE, T0, record, sql
 from test_cleanup import FEB_2027, ingest_october
 from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service, orders
 from test_flush_crash import Crash, CrashingStore
 
-from consolidator.events import FieldNames, bucket_of, decode
+from consolidator.batch import batch_id
+from consolidator.events import FieldNames, SourcePosition, bucket_of, decode
 from consolidator.policy import FlushReason
 from consolidator.services.cleanup import CleanupService
 from consolidator.store import schema
@@ -82,6 +85,19 @@ def test_cleanup_drops_a_partition_only_when_no_row_in_it_has_a_claimed_batch(st
     assert service.run().dropped == ["p202610"], "rows of SENT and DEAD batches do not block"
 
 
+def claim_as_before_schema_8(store, size: int, group_key: str = "WH-42") -> str:
+    """Claim the group's oldest PENDING rows as versions 1-7 did: the rows carry the batch id,
+    the batch row has no member keys. Returns the batch id."""
+    rows = sql(store, "SELECT id, src_topic, src_partition, src_offset FROM buffer_rows WHERE status = 'PENDING'"
+                      " AND group_key = %s ORDER BY first_seen_ms, pos_key LIMIT %s", (group_key, size))
+    claimed = batch_id(group_key, [SourcePosition(r["src_topic"], r["src_partition"], r["src_offset"]) for r in rows])
+    sql(store, f"UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE id IN ({','.join(['%s'] * len(rows))})",
+        (claimed, *[r["id"] for r in rows]))
+    sql(store, "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms)"
+               " VALUES (%s, %s, 'CLAIMED', 'idle', %s, %s)", (claimed, group_key, len(rows), T0))
+    return claimed
+
+
 def test_migration_7_keeps_the_states_of_a_version_6_database(database_url, clock, monkeypatch, tmp_path):
     """Rows SENT and DEAD as version 6 wrote them (row and batch), a CLAIMED batch and a PENDING
     row: after migration 7 every row reads as before, the DEAD batch revives with its rows, and
@@ -94,7 +110,7 @@ def test_migration_7_keeps_the_states_of_a_version_6_database(database_url, cloc
     store.ingest(events, T0)
     ids = {}
     for state, size in (("SENT", 2), ("DEAD", 2), ("CLAIMED", 2)):
-        ids[state] = store.claim("WH-42", FlushReason.IDLE, size, T0).batch_id
+        ids[state] = claim_as_before_schema_8(store, size)
         if state != "CLAIMED":  # as version 6 finished a batch: the batch row and its rows
             sql(store, "UPDATE batches SET state = %s WHERE batch_id = %s", (state, ids[state]))
             sql(store, "UPDATE buffer_rows SET status = %s WHERE batch_id = %s", (state, ids[state]))
@@ -102,7 +118,7 @@ def test_migration_7_keeps_the_states_of_a_version_6_database(database_url, cloc
     assert raw_statuses(store) == before
 
     monkeypatch.setattr(schema, "_migrations", every)
-    assert store.migrate(T0) == [7]
+    assert store.migrate(T0) == [7, 8]
     assert store.row_counts() == before
     assert raw_statuses(store) == {"CLAIMED": 4, "PENDING": 1, "SENT": 2}, "SENT rows stay SENT; DEAD rows follow their batch"
 
@@ -117,3 +133,59 @@ def test_migration_7_keeps_the_states_of_a_version_6_database(database_url, cloc
     assert sql(store, "SELECT COUNT(*) AS n FROM buffer_rows WHERE status = 'SENT'") == [{"n": 2}]
     store.close()
 
+
+
+def test_migration_8_keys_the_batches_still_read_and_drops_ix_batch(database_url, clock, monkeypatch, tmp_path):
+    """Batches claimed by version 7 (found through ix_batch): after migration 8 the CLAIMED and
+    DEAD ones carry their member keys, in batch order (a DEAD one whose rows are gone an empty
+    list), SENT ones none, and every reader gives what it gave before, without the index."""
+    store = MySQLStore(ConnectionParams.from_url(database_url))
+    every = schema._migrations
+    monkeypatch.setattr(schema, "_migrations", lambda *args: every(*args)[:7])
+    assert store.migrate(T0) == [1, 2, 3, 4, 5, 6, 7]
+    store.ingest([decode(record(i, order=f"A{i}"), FieldNames(), 1024) for i in range(1, 9)], T0)
+    ids = {state: claim_as_before_schema_8(store, size) for state, size in (("SENT", 2), ("DEAD", 2), ("CLAIMED", 3))}
+    sql(store, "UPDATE batches SET state = 'SENT' WHERE batch_id = %s", (ids["SENT"],))
+    sql(store, "UPDATE batches SET state = 'DEAD' WHERE batch_id = %s", (ids["DEAD"],))
+    sql(store, "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms)"
+               " VALUES (%s, 'WH-42', 'DEAD', 'idle', 1, %s)", ("f" * 32, T0))  # its partition was dropped
+    partition = f"p{bucket_of(T0)}"
+
+    monkeypatch.setattr(schema, "_migrations", every)
+    assert store.migrate(T0) == [8]
+    keys = {r["batch_id"]: r["member_keys"] for r in sql(store, "SELECT batch_id, member_keys FROM batches")}
+    assert keys[ids["SENT"]] is None and keys["f" * 32] == "[]"
+    for state in ("DEAD", "CLAIMED"):
+        rows = sql(store, "SELECT id, bucket FROM buffer_rows WHERE batch_id = %s ORDER BY first_seen_ms, pos_key",
+                   (ids[state],))
+        assert json.loads(keys[ids[state]]) == [[r["id"], r["bucket"]] for r in rows]
+    assert "ix_batch" not in {r["Key_name"] for r in sql(store, "SHOW INDEX FROM buffer_rows")}
+    assert store.row_counts() == {"CLAIMED": 3, "DEAD": 2, "PENDING": 1, "SENT": 2}
+    assert store.unsent_rows_in_partition(partition) == 4  # the CLAIMED batch's rows and the PENDING one
+    assert [m.position.offset for m in store.load_batch(ids["CLAIMED"]).members] == [5, 6, 7]
+
+    assert store.revive_dead_batch(ids["DEAD"])
+    clock.advance(POLICY.debounce_ms)
+    report = make_service(store, RecordingSink(tmp_path / "out.jsonl"), clock, tmp_path).tick()
+    assert {b.batch_id: b.size for b in report.published if b.batch_id in ids.values()} == {ids["DEAD"]: 2, ids["CLAIMED"]: 3}
+    assert store.row_counts() == {"SENT": 8}
+    store.close()
+
+
+def test_a_batch_claimed_by_an_older_version_after_migration_8_is_read_by_its_id(store, clock, tmp_path):
+    """While a deployment rolls out, a flush of the version before schema 8 may claim after the
+    migration: its batch has no member keys. Its rows are still found (by batch id): counted as
+    CLAIMED, blocking their partition, and re-published whole under the same id."""
+    ingest(store, clock, orders(5, groups=1))
+    claimed = claim_as_before_schema_8(store, 3, group_key="WH-0")
+    partition = f"p{bucket_of(T0)}"
+    assert store.row_counts() == {"CLAIMED": 3, "PENDING": 2}
+    assert store.unsent_rows_in_partition(partition) == 5
+    assert len(store.load_batch(claimed).members) == 3
+
+    clock.advance(POLICY.debounce_ms)
+    sink = RecordingSink(tmp_path / "out.jsonl")
+    report = make_service(store, sink, clock, tmp_path).tick()
+    assert sorted(b.size for b in report.published) == [2, 3]
+    assert store.row_counts() == {"SENT": 5} and store.unsent_rows_in_partition(partition) == 0
+    assert_invariants(store, sink.messages(), 5)

@@ -2,7 +2,8 @@
 Rows change state only through statements that name the state they expect.
 
 One row write per flush: the claim is the only write of a buffer row (PENDING -> CLAIMED with
-its batch id). SENT and DEAD live on the ``batches`` row; a row whose status is CLAIMED is in its
+its batch id, in place), and it stores the rows' keys on the batch row (``store/members.py``).
+SENT and DEAD live on the ``batches`` row; a row whose status is CLAIMED is in its
 batch's state (CLAIMED, SENT, DEAD, or EXPIRED for an expiry record, whose rows are also marked
 EXPIRED themselves). Rows marked SENT by a version before schema 7 keep that status."""
 
@@ -19,6 +20,7 @@ from consolidator.errors import StoreError
 from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason, RateLimit, RateState
 from consolidator.store.connection import Connection
+from consolidator.store.members import member_condition, member_keys_text
 from consolidator.store.rate import Throttled, ensure_rate_row, rate_admit, rate_gate
 
 
@@ -51,12 +53,20 @@ def _member(row: dict) -> Member:
     ))
 
 
+def member_rows(cur, batch_id_: str, member_keys: str | None) -> tuple[Member, ...]:
+    """The CLAIMED member rows of a batch, in batch order."""
+    members, args = member_condition(batch_id_, member_keys)
+    cur.execute(f"SELECT {MEMBER_COLUMNS} FROM buffer_rows WHERE {members} AND status = 'CLAIMED'"
+                " ORDER BY first_seen_ms, pos_key", args)
+    return tuple(_member(r) for r in cur.fetchall())
+
+
 def _claim_rows_read(rows: Sequence[tuple]) -> tuple[list[str], tuple[Member, ...]]:
-    """The ``(id, bucket)`` key texts and the members of rows read with ``_CLAIM_COLUMNS``."""
+    """The ``"id,bucket"`` key texts and the members of rows read with ``_CLAIM_COLUMNS``."""
     keys, members = [], []
     for numbers, topic, item_id, items in rows:
         id_, bucket, partition, offset, first, last, merged, ts = map(int, numbers.split(" "))
-        keys.append(f"({id_:d},{bucket:d})")
+        keys.append(f"{id_:d},{bucket:d}")
         members.append(_make_member((_position((topic, partition, offset)), item_id,
                                      tuple(map(tuple, orjson.loads(items))), first, last, merged, ts)))
     return keys, tuple(members)
@@ -114,7 +124,7 @@ class BatchStore(Connection):
         # the claim is the row's only write in a flush; the keys are integers formatted above
         updated = cur.execute(
             "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
-            f" AND (id, bucket) IN ({','.join(keys)})",
+            f" AND (id, bucket) IN (({'),('.join(keys)}))",
             (new_id,),
         )
         if updated != len(members):
@@ -122,8 +132,8 @@ class BatchStore(Connection):
         held = 0 if rate is None else rate_admit(cur, group_key, rate[1], rate[0], now_ms)
         cur.execute(
             "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms,"
-            " held_back_ms) VALUES (%s, %s, 'CLAIMED', %s, %s, %s, %s)",
-            (new_id, group_key, str(reason), len(members), now_ms, held),
+            " held_back_ms, member_keys) VALUES (%s, %s, 'CLAIMED', %s, %s, %s, %s, %s)",
+            (new_id, group_key, str(reason), len(members), now_ms, held, member_keys_text(keys)),
         )
         return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut=cut, held_back_ms=held)
 
@@ -138,22 +148,17 @@ class BatchStore(Connection):
             return [r["batch_id"] for r in cur.fetchall()]
 
     def load_batch(self, batch_id_: str) -> ClaimedBatch | None:
-        """The batch and its member rows (the rows carrying its id), if it is CLAIMED."""
+        """The batch and its member rows, if it is CLAIMED."""
         with self.transaction() as cur:
             cur.execute(
-                "SELECT group_key, flush_reason, claimed_at_ms, attempts, held_back_ms FROM batches"
+                "SELECT group_key, flush_reason, claimed_at_ms, attempts, held_back_ms, member_keys FROM batches"
                 " WHERE batch_id = %s AND state = 'CLAIMED' AND kind = 'batch'",
                 (batch_id_,),
             )
             head = cur.fetchone()
             if head is None:
                 return None
-            cur.execute(
-                f"SELECT {MEMBER_COLUMNS} FROM buffer_rows WHERE batch_id = %s AND status = 'CLAIMED'"
-                " ORDER BY first_seen_ms, pos_key",
-                (batch_id_,),
-            )
-            members = tuple(_member(r) for r in cur.fetchall())
+            members = member_rows(cur, batch_id_, head["member_keys"])
         return ClaimedBatch(
             batch_id_, head["group_key"], FlushReason(head["flush_reason"]), head["claimed_at_ms"],
             head["attempts"], members, held_back_ms=head["held_back_ms"],

@@ -20,6 +20,7 @@ from consolidator.errors import StoreConflict
 from consolidator.events import Event, SourcePosition, bucket_of
 from consolidator.policy import GroupStats
 from consolidator.store.connection import Connection, Pipeline, _multi_row, _string_escaper
+from consolidator.store.members import keys_table
 from consolidator.store.offsets import (
     Mark,
     Partition,
@@ -154,19 +155,24 @@ class BufferStore(Connection):
     def row_counts(self) -> dict[str, int]:
         """Rows per effective state: a CLAIMED row is in its batch's state (CLAIMED, SENT, DEAD).
         One statement (one snapshot): the rows per status, and the CLAIMED rows of the batches
-        still CLAIMED or DEAD (few; found by batch id); the other CLAIMED rows are SENT."""
+        still CLAIMED or DEAD (few; found by primary key from the batch rows, or by batch id for
+        a batch claimed before schema 8); the other CLAIMED rows are SENT."""
+        live = "b.state IN ('CLAIMED', 'DEAD') AND r.status = 'CLAIMED'"
         with self.transaction() as cur:
             cur.execute(
                 "SELECT 'row' AS part, status AS state, COUNT(*) AS n FROM buffer_rows GROUP BY status"
-                " UNION ALL"
-                " SELECT 'batch', b.state, COUNT(*) FROM batches b STRAIGHT_JOIN buffer_rows r"
-                " ON r.batch_id = CONVERT(b.batch_id USING ascii)"  # ascii like r.batch_id: ix_batch is used
-                " WHERE b.state IN ('CLAIMED', 'DEAD') AND r.status = 'CLAIMED'"
-                " GROUP BY b.state"
+                f" UNION ALL SELECT 'batch', b.state, COUNT(*) FROM batches b JOIN {keys_table('b')}"
+                f" STRAIGHT_JOIN buffer_rows r ON r.id = k.id AND r.bucket = k.bucket WHERE {live} GROUP BY b.state"
+                " UNION ALL SELECT 'batch', b.state, COUNT(*) FROM batches b STRAIGHT_JOIN buffer_rows r"
+                " ON r.batch_id = CONVERT(b.batch_id USING ascii)"
+                f" WHERE b.member_keys IS NULL AND {live} GROUP BY b.state"
             )
             found = [(r["part"], r["state"], int(r["n"])) for r in cur.fetchall()]
         counts = {state: n for part, state, n in found if part == "row"}
-        live = {state: n for part, state, n in found if part == "batch"}
+        live = {}
+        for part, state, n in found:
+            if part == "batch":
+                live[state] = live.get(state, 0) + n
         finished = counts.pop("CLAIMED", 0) - sum(live.values())
         counts["SENT"] = counts.get("SENT", 0) + finished
         counts["DEAD"] = counts.get("DEAD", 0) + live.get("DEAD", 0)

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from consolidator.batch import Member, batch_id
 from consolidator.errors import StoreError
 from consolidator.policy import RateLimit, RateState
-from consolidator.store.batches import MEMBER_COLUMNS, _member
+from consolidator.store.batches import MEMBER_COLUMNS, _member, member_rows
 from consolidator.store.connection import Connection
+from consolidator.store.members import member_condition, member_keys_text
 from consolidator.store.rate import decode_recent
 
 EXPIRY_REASON = "expired"
@@ -96,18 +97,18 @@ class LimitStore(Connection):
                 return None
             members = tuple(_member(r) for r in rows)
             new_id = batch_id(f"{EXPIRY_REASON}\n{group_key}", (m.position for m in members))
-            pairs = [v for r in rows for v in (r["id"], r["bucket"])]
+            keys = [f"{r['id']:d},{r['bucket']:d}" for r in rows]
             updated = cur.execute(
                 "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
-                f" AND (id, bucket) IN ({', '.join(['(%s, %s)'] * len(rows))})",
-                (new_id, *pairs),
+                f" AND (id, bucket) IN (({'),('.join(keys)}))",
+                (new_id,),
             )
             if updated != len(rows):
                 raise StoreError(f"expiry of {group_key!r} raced: {updated} of {len(rows)} rows still PENDING")
             cur.execute(
-                "INSERT INTO batches (batch_id, group_key, state, kind, flush_reason, member_count, claimed_at_ms)"
-                " VALUES (%s, %s, 'CLAIMED', 'expiry', %s, %s, %s)",
-                (new_id, group_key, EXPIRY_REASON, len(rows), now_ms),
+                "INSERT INTO batches (batch_id, group_key, state, kind, flush_reason, member_count, claimed_at_ms,"
+                " member_keys) VALUES (%s, %s, 'CLAIMED', 'expiry', %s, %s, %s, %s)",
+                (new_id, group_key, EXPIRY_REASON, len(rows), now_ms, member_keys_text(keys)),
             )
         return ExpiryBatch(new_id, group_key, now_ms, members)
 
@@ -115,33 +116,30 @@ class LimitStore(Connection):
         """A CLAIMED expiry record and its rows (None when it is not CLAIMED any more)."""
         with self.transaction() as cur:
             cur.execute(
-                "SELECT group_key, claimed_at_ms FROM batches"
+                "SELECT group_key, claimed_at_ms, member_keys FROM batches"
                 " WHERE batch_id = %s AND state = 'CLAIMED' AND kind = 'expiry'",
                 (batch_id_,),
             )
             head = cur.fetchone()
             if head is None:
                 return None
-            cur.execute(
-                f"SELECT {MEMBER_COLUMNS} FROM buffer_rows WHERE batch_id = %s AND status = 'CLAIMED'"
-                " ORDER BY first_seen_ms, pos_key",
-                (batch_id_,),
-            )
-            members = tuple(_member(r) for r in cur.fetchall())
+            members = member_rows(cur, batch_id_, head["member_keys"])
         return ExpiryBatch(batch_id_, head["group_key"], head["claimed_at_ms"], members)
 
     def mark_expired(self, batch_id_: str, now_ms: int) -> bool:
         """CLAIMED -> EXPIRED for an expiry record and its rows: call only after the dead-letter
         destination confirmed them. False when it was not CLAIMED any more."""
         with self.transaction() as cur:
-            changed = cur.execute(
-                "UPDATE batches SET state = 'EXPIRED', finished_at_ms = %s"
-                " WHERE batch_id = %s AND state = 'CLAIMED' AND kind = 'expiry'",
-                (now_ms, batch_id_),
+            cur.execute(
+                "SELECT member_keys FROM batches WHERE batch_id = %s AND state = 'CLAIMED' AND kind = 'expiry'"
+                " FOR UPDATE",
+                (batch_id_,),
             )
-            if changed:
-                cur.execute(
-                    "UPDATE buffer_rows SET status = 'EXPIRED' WHERE batch_id = %s AND status = 'CLAIMED'",
-                    (batch_id_,),
-                )
-        return bool(changed)
+            head = cur.fetchone()
+            if head is None:
+                return False
+            cur.execute("UPDATE batches SET state = 'EXPIRED', finished_at_ms = %s WHERE batch_id = %s",
+                        (now_ms, batch_id_))
+            members, args = member_condition(batch_id_, head["member_keys"])
+            cur.execute(f"UPDATE buffer_rows SET status = 'EXPIRED' WHERE {members} AND status = 'CLAIMED'", args)
+        return True

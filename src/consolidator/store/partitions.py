@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from consolidator.errors import StoreError
 from consolidator.events import months_after
 from consolidator.store.connection import Connection
+from consolidator.store.members import keys_table
 
 BUFFER_TABLES = ("buffer_rows", "applied_positions")
 MAXVALUE_PARTITION = "pmax"
@@ -95,18 +96,24 @@ class PartitionStore(Connection):
 
 def _unsent(cur, name: str) -> int:
     """The unsent rows of partition ``name``: its PENDING rows (by the status index), and the
-    CLAIMED rows of the batches still CLAIMED (few), found from those batches by batch id, so
-    the partition's sent rows (CLAIMED rows of SENT batches) are never read. Two statements:
-    under LOCK TABLES one statement may name a table only once. (``buffer_rows.batch_id`` is
-    ascii, ``batches.batch_id`` utf8mb4: without the CONVERT the join scans the partition.)"""
-    cur.execute(f"SELECT COUNT(*) AS n FROM buffer_rows PARTITION ({name}) WHERE status = 'PENDING'")
-    pending = int(cur.fetchone()["n"])
-    cur.execute(
-        f"SELECT COUNT(*) AS n FROM batches STRAIGHT_JOIN buffer_rows PARTITION ({name})"
-        " ON buffer_rows.batch_id = CONVERT(batches.batch_id USING ascii)"  # so ix_batch is used
-        " WHERE batches.state = 'CLAIMED' AND buffer_rows.status = 'CLAIMED'"
-    )
-    return pending + int(cur.fetchone()["n"])
+    CLAIMED rows of the batches still CLAIMED (few), found from those batches by primary key, so
+    the partition's sent rows (CLAIMED rows of SENT batches) are never read. One statement per
+    count: under LOCK TABLES a statement may name a table only once. The last count finds the
+    rows of batches claimed before schema 8 by batch id; it reads the partition only if one is
+    still CLAIMED."""
+    counts = []
+    for statement in (
+        f"SELECT COUNT(*) AS n FROM buffer_rows PARTITION ({name}) WHERE status = 'PENDING'",
+        (f"SELECT COUNT(*) AS n FROM batches JOIN {keys_table()} STRAIGHT_JOIN buffer_rows PARTITION ({name})"
+         " ON buffer_rows.id = k.id AND buffer_rows.bucket = k.bucket"
+         " WHERE batches.state = 'CLAIMED' AND buffer_rows.status = 'CLAIMED'"),
+        (f"SELECT COUNT(*) AS n FROM batches STRAIGHT_JOIN buffer_rows PARTITION ({name})"
+         " ON buffer_rows.batch_id = CONVERT(batches.batch_id USING ascii)"
+         " WHERE batches.state = 'CLAIMED' AND batches.member_keys IS NULL AND buffer_rows.status = 'CLAIMED'"),
+    ):
+        cur.execute(statement)
+        counts.append(int(cur.fetchone()["n"]))
+    return sum(counts)
 
 
 def _partition_name(name: str) -> str:

@@ -184,6 +184,25 @@ def _migrations(first_bucket: int, no_pad: str) -> list[tuple[int, str, list[str
                 "UPDATE buffer_rows SET status = 'CLAIMED' WHERE status = 'DEAD'",
             ],
         ),
+        (
+            8,
+            "a batch row holds its members' keys: the claim moves one index entry per row",
+            [
+                # Readers go from a batch to its rows by primary key (store/members.py), so the
+                # claim no longer moves an ix_batch entry per row. Keys are filled in for the
+                # batches that may still be read (CLAIMED, DEAD); SENT and EXPIRED ones are final.
+                ("ALTER TABLE batches ADD COLUMN member_keys MEDIUMTEXT CHARACTER SET ascii NULL"
+                 " COMMENT 'JSON [[id, bucket], ...] of the member rows in batch order; NULL: claimed before schema 8'"),
+                "SET SESSION group_concat_max_len = 4294967295",  # MySQL's default (1,024) cuts a 50-member list
+                """UPDATE batches b SET member_keys = COALESCE((
+                  SELECT CONCAT('[', GROUP_CONCAT(CONCAT('[', r.id, ',', r.bucket, ']')
+                                                  ORDER BY r.first_seen_ms, r.pos_key SEPARATOR ','), ']')
+                  FROM buffer_rows r WHERE r.batch_id = CONVERT(b.batch_id USING ascii) AND r.status = 'CLAIMED'
+                ), '[]')  -- '[]': the rows' partition was dropped
+                WHERE b.state IN ('CLAIMED', 'DEAD')""",
+                "ALTER TABLE buffer_rows DROP INDEX ix_batch",
+            ],
+        ),
     ]
 
 
