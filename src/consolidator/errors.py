@@ -18,6 +18,11 @@ class StoreConflict(StoreError):
     same transaction again may well succeed."""
 
 
+class BatchRowsGone(StoreError):
+    """A DEAD batch cannot be revived: rows of it were dropped with their partition (the cleanup
+    drops rows of DEAD batches). Its dead-letter entry still holds the whole batch."""
+
+
 class StoreUnavailable(ConsolidatorError):
     """The database cannot be reached; nothing was written by the failing call.
     Not a :class:`StoreError`: retrying other records against a missing server is pointless."""

@@ -293,6 +293,28 @@ def test_dlq_redrive_batches_republishes_dead_batches_once(flush_env, migrated, 
     assert second["batches"]["revived"] == [] and second["ok"]
 
 
+def test_dlq_redrive_refuses_a_dead_batch_whose_rows_were_dropped(flush_env, migrated, tmp_path):
+    """The cleanup drops the rows of DEAD batches with their partition: such a batch is left DEAD
+    (reviving it would leave a CLAIMED batch no flush can publish), and the redrive says why."""
+    from consolidator.policy import FlushReason
+
+    old = f"p{months_after(MONTH, -1)}"
+    ingest(migrated, 1, "A1", timestamp_ms=LAST_MONTH_MS)
+    ingest(migrated, 2, "A2")
+    gone = migrated.claim("WH-1", FlushReason.IDLE, 1, NOW)  # the older row, in the old partition
+    kept = migrated.claim("WH-1", FlushReason.IDLE, 1, NOW)
+    for batch in (gone, kept):
+        assert migrated.mark_dead(batch.batch_id, NOW, "sink down")
+    assert cli_json(flush_env, "partitions", "drop", old, "--force")["dropped"] == [old]
+
+    result = cli_json(flush_env, "dlq", "redrive", "--batches", exit_code=1)
+    assert result["batches"]["rows_gone"] == [gone.batch_id] and result["batches"]["revived"] == [kept.batch_id]
+    assert result["batches"]["republished"] == [kept.batch_id] and not result["ok"]
+    assert migrated.batch_counts() == {"DEAD": 1, "SENT": 1}
+    human = cli(flush_env, "dlq", "redrive", "--batches", "--batch-id", gone.batch_id)
+    assert human.exit_code == 1 and "1 of its 1 rows were dropped" in human.stderr
+
+
 def test_spark_sub_app_is_mounted_with_its_commands_and_options(monkeypatch):
     import types
 

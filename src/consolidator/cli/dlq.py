@@ -19,6 +19,7 @@ from consolidator.cli.base import (
     say_error,
     store_for,
 )
+from consolidator.errors import BatchRowsGone
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     from consolidator.services.redrive import RedriveReport
@@ -178,7 +179,14 @@ def dlq_redrive(
         service = build_flush_service(s)
         store = service.store
         targets = batch_id or [b["batch_id"] for b in store.batches_in_state("DEAD", limit)]
-        revived = [b for b in targets if store.revive_dead_batch(b)]
+        revived, rows_gone = [], []
+        for target in targets:
+            try:
+                if store.revive_dead_batch(target):
+                    revived.append(target)
+            except BatchRowsGone as exc:
+                rows_gone.append(target)
+                say_error("not revived", str(exc))
         try:
             tick = service.tick() if revived else None
         finally:
@@ -186,8 +194,9 @@ def dlq_redrive(
         published = [] if tick is None else [b.batch_id for b in tick.published if b.batch_id in revived]
         missing = [b for b in revived if b not in published]
         document["batches"] = {"revived": revived, "republished": published, "not_yet_published": missing,
-                               "skipped_not_dead": [b for b in targets if b not in revived]}
-        ok &= not missing
+                               "rows_gone": rows_gone,
+                               "skipped_not_dead": [b for b in targets if b not in revived and b not in rows_gone]}
+        ok &= not missing and not rows_gone
         if not as_json:
             out.print(f"dead batches: {len(revived)} revived, {len(published)} re-published"
                       + (f", {len(missing)} still CLAIMED (the next flush tick retries them)" if missing else ""))

@@ -16,7 +16,7 @@ import orjson
 import pymysql
 
 from consolidator.batch import Member, batch_id, fitting_prefix
-from consolidator.errors import StoreError
+from consolidator.errors import BatchRowsGone, StoreError
 from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason, RateLimit, RateState
 from consolidator.store.connection import Connection
@@ -239,14 +239,26 @@ class BatchStore(Connection):
 
     def revive_dead_batch(self, batch_id_: str) -> bool:
         """DEAD -> CLAIMED with attempts reset (its rows follow it), so the next flush tick
-        re-publishes it under the same batch id (dead-letter redrive)."""
+        re-publishes it under the same batch id (dead-letter redrive). False when it is not DEAD;
+        :class:`BatchRowsGone` (and nothing changed) when any of its rows is gone."""
         with self.transaction() as cur:
-            changed = cur.execute(
-                "UPDATE batches SET state = 'CLAIMED', attempts = 0, finished_at_ms = NULL"
-                " WHERE batch_id = %s AND state = 'DEAD' AND kind = 'batch'",
+            cur.execute(
+                "SELECT member_count, member_keys FROM batches"
+                " WHERE batch_id = %s AND state = 'DEAD' AND kind = 'batch' FOR UPDATE",
                 (batch_id_,),
             )
-        return bool(changed)
+            head = cur.fetchone()
+            if head is None:
+                return False
+            members, args = member_condition(batch_id_, head["member_keys"])
+            cur.execute(f"SELECT COUNT(*) AS n FROM buffer_rows WHERE {members} AND status = 'CLAIMED'", args)
+            missing = head["member_count"] - int(cur.fetchone()["n"])
+            if missing:
+                raise BatchRowsGone(f"batch {batch_id_}: {missing} of its {head['member_count']} rows were dropped"
+                                    " with their partition; re-send the batch from its dead-letter entry")
+            cur.execute("UPDATE batches SET state = 'CLAIMED', attempts = 0, finished_at_ms = NULL"
+                        " WHERE batch_id = %s", (batch_id_,))
+        return True
 
     def batch_counts(self) -> dict[str, int]:
         with self.transaction() as cur:
