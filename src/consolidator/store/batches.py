@@ -124,7 +124,7 @@ class BatchStore(Connection):
         # the claim is the row's only write in a flush; the keys are integers formatted above
         updated = cur.execute(
             "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
-            f" AND (id, bucket) IN (({'),('.join(keys)}))",
+            f" AND (id, bucket) IN ({','.join(f'({k})' for k in keys)})",
             (new_id,),
         )
         if updated != len(members):

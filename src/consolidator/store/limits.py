@@ -100,7 +100,7 @@ class LimitStore(Connection):
             keys = [f"{r['id']:d},{r['bucket']:d}" for r in rows]
             updated = cur.execute(
                 "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
-                f" AND (id, bucket) IN (({'),('.join(keys)}))",
+                f" AND (id, bucket) IN ({','.join(f'({k})' for k in keys)})",
                 (new_id,),
             )
             if updated != len(rows):
