@@ -6,7 +6,7 @@ Generates ``--events`` order events over ``--groups`` groups (one day of traffic
 temporary directory), then times, on the same session and data:
 
 - baseline: ``groupBy(group key, session_window(timestamp, debounce)).count()``;
-- replay: decode (Spark's JSON functions, ``events.decode`` for what they cannot prove) +
+- replay: decode (Spark's string functions, ``events.decode`` for what they cannot prove) +
   per-group simulation of the default policy + batch messages (v1).
 
 Both are forced to completion with the ``noop`` writer; a small warm-up run of each comes first.

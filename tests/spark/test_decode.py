@@ -23,6 +23,9 @@ CANONICAL = [
     '{"location_id":"Entrepôt 7","order_id":"Ω-9","items":[{"sku":"ß😀","quantity":0},{"sku":"T","quantity":9}]}'
     .encode(),
     json.dumps({"location_id": "W" * 191, "order_id": "é" * 191}, ensure_ascii=False, separators=(",", ":")).encode(),
+    # JSON punctuation inside strings, DEL, the largest quantity the fast path reads
+    (b'{"location_id":"W[{1}]:,","order_id":"A]}","items":[{"sku":"a}1]","quantity":999999999999999999},'
+     b'{"sku":"{\x7f,","quantity":0}]}'),
 ]
 
 POISON = [
@@ -45,6 +48,8 @@ POISON = [
     b"{'location_id':'W','order_id':'A'}", b'\xef\xbb\xbf{"location_id":"W","order_id":"A"}',
     b'{"location_id":"W\xed\xa0\x80","order_id":"A"}', b'{"location_id":"W\xc0\x80","order_id":"A"}',
     b'{"location_id":"W","order_id":"A","pad":"' + b"x" * MAX_BYTES + b'"}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":01}]}',
+    b'{"location_id":"W\tX","order_id":"A"}', b'{"location_id":"W","order_id":"A"}}',
 ]
 
 # Valid for events.decode but not in the fast path's layout: decoded in Python, same results.
@@ -58,6 +63,8 @@ UNUSUAL = [
     b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":1,"sku":"T"}]}',
     b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":1,"price":2}]}',
     b'{"LOCATION_ID":"X","location_id":"W","order_id":"A"}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":1000000000000000000}]}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":-0}]}',
 ]
 
 

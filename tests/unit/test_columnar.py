@@ -62,9 +62,10 @@ def test_columnar_simulation_equals_the_reference(history, policy):
     chunk = columnar(history)
     batches, handed_back = simulate_chunk(chunk, policy)
     got: dict[str, list] = {}
-    for b in batches:
-        got.setdefault(b.group_key, []).append(
-            (b.reason, b.flushed_at_ms, b.batch_id, b.members, b.event_count, b.latencies_ms, b.body))
+    for b in batches.to_pylist():
+        got.setdefault(b["group_key"], []).append(
+            (b["reason"], b["flushed_at_ms"], b["batch_id"], b["members"], b["event_count"], b["latencies_ms"],
+             b["body"]))
     for key in sorted({g for g, _ in history}):
         reference = simulate_group(key, [e for g, e in history if g == key], policy)
         replays = int((~chunk.first[chunk.group == chunk.group_keys.index(key)]).sum())

@@ -131,19 +131,15 @@ def sessions(group: np.ndarray, ts: np.ndarray, policy: Policy) -> np.ndarray:
     return starts
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """One claim: what the replay's output row needs; ``body`` is the v1 message exactly as
-    :func:`consolidator.batch.encode` writes it."""
-
-    group_key: str
-    reason: FlushReason
-    flushed_at_ms: int
-    batch_id: str
-    members: int
-    event_count: int
-    latencies_ms: list[int]  # per member, claim order: flushed_at - first_seen
-    body: str
+#: :func:`simulate_chunk`'s batches: what the replay's output row needs; ``body`` is the v1
+#: message exactly as :func:`consolidator.batch.encode` writes it, ``latencies_ms`` is per member
+#: in claim order (flushed_at - first_seen).
+BATCH_SCHEMA = pa.schema([
+    ("group_key", pa.string()), ("batch_id", pa.string()), ("reason", pa.string()), ("flushed_at_ms", pa.int64()),
+    ("members", pa.int32()), ("event_count", pa.int64()), ("latencies_ms", pa.list_(pa.int64())),
+    ("body", pa.string()),
+])
+_REASONS = pa.array([str(FlushReason.IDLE), str(FlushReason.HARD_WINDOW)])  # indexed by "hard"
 
 
 def parse_items(text: str) -> tuple[tuple[str, int], ...]:
@@ -154,16 +150,16 @@ def parse_items(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(map(tuple, pairs))
 
 
-def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[list[Batch], set[int]]:
-    """Batches of every group of ``chunk`` the columnar path can simulate, in group then flush
-    order, and the groups (indices) it cannot (a session reaches ``max_batch_size`` rows): those
-    must go to :func:`replay.simulate`."""
+def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[int]]:
+    """Batches (:data:`BATCH_SCHEMA`) of every group of ``chunk`` the columnar path can simulate,
+    in group then flush order, and the groups (indices) it cannot (a session reaches
+    ``max_batch_size`` rows): those must go to :func:`replay.simulate`."""
     keep = np.flatnonzero(chunk.first)
     group, ts = chunk.group[keep], chunk.ts[keep]
     topic, partition, offset = chunk.topic[keep], chunk.partition[keep], chunk.offset[keep]
     n = len(ts)
     if n == 0:
-        return [], set()
+        return pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA), set()
     starts = sessions(group, ts, policy)
     session = np.zeros(n, dtype=np.int64)
     session[starts[1:]] = 1
@@ -182,7 +178,9 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[list[Batch], set[int]]
     newest = order[row_last]  # event index of the row's newest position
     row_session = s_o[row_start]
     rows_per_session = np.bincount(row_session, minlength=len(starts))
-    too_full = set(group[starts[rows_per_session >= policy.max_batch_size]].tolist())
+    full = np.zeros(len(chunk.group_keys), dtype=bool)
+    full[group[starts[rows_per_session >= policy.max_batch_size]]] = True
+    kept = ~full[group[starts]]  # sessions of the groups this path simulates
     # claim order inside a session: (first_seen, position)
     claim = np.lexsort((offset[newest], partition[newest], topic[newest], first_seen, row_session))
     ends = np.append(starts[1:], n)
@@ -190,18 +188,18 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[list[Batch], set[int]]
     idle_at = _ceil_tick(ts[ends - 1] + policy.debounce_ms, policy.tick_interval_ms)
     tick = np.minimum(hard_at, idle_at)
     hard = tick - ts[starts] >= policy.hard_window_ms
-    session_rows = np.append(0, np.cumsum(rows_per_session)).tolist()
-    ticks = tick.tolist()
-    latencies = (tick[row_session] - first_seen)[claim].tolist()
     # members and batch-id lines: rows in position order inside each session
     by_position = np.lexsort((offset[newest], partition[newest], topic[newest], row_session))
-    topics = chunk.topics
-    topic_json = [orjson.dumps(t).decode() for t in topics]
-    lines, members = [], []
-    for t, p, o in zip(topic[newest[by_position]].tolist(), partition[newest[by_position]].tolist(),
-                       offset[newest[by_position]].tolist(), strict=True):
-        lines.append(f"{topics[t]}\t{p}\t{o}\n")
-        members.append(f'{{"offset":{o},"partition":{p},"topic":{topic_json[t]}}}')
+    member = newest[by_position]
+    topic_of = topic[member]
+    texts = [pc.cast(pa.array(c), pa.string()) for c in (partition[member], offset[member])]
+    topic_json = pa.array([orjson.dumps(t).decode() for t in chunk.topics], pa.string()).take(topic_of)
+    line = pc.binary_join_element_wise(pa.array(chunk.topics, pa.string()).take(topic_of), *texts, "\t")
+    member_json = pc.binary_join_element_wise('{"offset":', texts[1], ',"partition":', texts[0], ',"topic":',
+                                              topic_json, "}", "")
+    per_session = pa.array(np.append(0, np.cumsum(rows_per_session)).astype(np.int32))
+    lines = pc.binary_join(pa.ListArray.from_arrays(per_session, line), "\n").to_pylist()
+    members = pc.binary_join(pa.ListArray.from_arrays(per_session, member_json), ",").to_pylist()
     # per item, the row with the newest position (rows of one item differ by month bucket)
     by_item = np.lexsort((offset[newest], partition[newest], topic[newest], item[newest], row_session))
     item_rows = item[newest[by_item]]
@@ -214,15 +212,15 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[list[Batch], set[int]]
     chosen_items = chunk.items.take(keep[chosen]).to_pylist()
     parsed: dict[str, tuple] = {}
     sku_json: dict[str, str] = {}
-    batches: list[Batch] = []
+    ids, bodies = [], []
     keys = chunk.group_keys
     key_json = [orjson.dumps(k).decode() for k in keys]
+    reasons = _REASONS.to_pylist()
     for s, (g, at, by_hard, first_at, last_at, events) in enumerate(zip(
             group[starts].tolist(), _iso(tick), hard.tolist(), _iso(ts[starts]), _iso(ts[ends - 1]),
             (ends - starts).tolist(), strict=True)):
-        if g in too_full:
+        if full[g]:
             continue
-        a, b = session_rows[s], session_rows[s + 1]
         ia, ib = item_rows_of[s], item_rows_of[s + 1]
         quantities: dict[str, int] = {}
         for text in chosen_items[ia:ib]:
@@ -237,12 +235,18 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[list[Batch], set[int]]
             if name is None:
                 name = sku_json[sku] = orjson.dumps(sku).decode()
             items.append(f'{{"quantity":{quantities[sku]},"sku":{name}}}')
-        key = keys[g]
-        reason = FlushReason.HARD_WINDOW if by_hard else FlushReason.IDLE
-        bid = hashlib.sha256(f"consolidator-batch-v1\n{key}\n{''.join(lines[a:b])}".encode()).hexdigest()[:32]
-        text = (f'{{"batch_id":"{bid}","event_count":{events},"first_event_at":"{first_at}",'
-                f'"flush_reason":"{reason}","flushed_at":"{at}","group_key":{key_json[g]},'
-                f'"item_count":{ib - ia},"item_ids":[{",".join(item_json[ia:ib])}],"items":[{",".join(items)}],'
-                f'"last_event_at":"{last_at}","members":[{",".join(members[a:b])}],"schema_version":1}}')
-        batches.append(Batch(key, reason, ticks[s], bid, b - a, events, latencies[a:b], text))
-    return batches, too_full
+        bid = hashlib.sha256(f"consolidator-batch-v1\n{keys[g]}\n{lines[s]}\n".encode()).hexdigest()[:32]
+        ids.append(bid)
+        bodies.append(f'{{"batch_id":"{bid}","event_count":{events},"first_event_at":"{first_at}",'
+                      f'"flush_reason":"{reasons[by_hard]}","flushed_at":"{at}","group_key":{key_json[g]},'
+                      f'"item_count":{ib - ia},"item_ids":[{",".join(item_json[ia:ib])}],'
+                      f'"items":[{",".join(items)}],"last_event_at":"{last_at}",'
+                      f'"members":[{members[s]}],"schema_version":1}}')
+    latencies = (tick[row_session] - first_seen)[claim]  # claim order: rows of a session together
+    offsets = np.append(0, np.cumsum(rows_per_session[kept])).astype(np.int32)
+    columns = [pa.array(keys).take(group[starts[kept]]), pa.array(ids, pa.string()),
+               _REASONS.take(hard[kept].astype(np.int8)), pa.array(tick[kept]),
+               pa.array(rows_per_session[kept], pa.int32()), pa.array((ends - starts)[kept]),
+               pa.ListArray.from_arrays(pa.array(offsets), pa.array(latencies[kept[row_session[claim]]])),
+               pa.array(bodies, pa.string())]
+    return pa.RecordBatch.from_arrays(columns, schema=BATCH_SCHEMA), set(np.flatnonzero(full).tolist())

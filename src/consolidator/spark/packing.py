@@ -2,7 +2,7 @@
 
 ``transformWithStateInPandas`` turns each of its input rows into a Python tuple and back into a
 pandas frame, so rows, not bytes, are what it costs. Before the shuffle, :func:`pack` finishes
-decoding (``events.decode`` for what Spark's JSON functions could not prove valid) and packs each
+decoding (``events.decode`` for what the JVM fast path could not prove valid) and packs each
 input Arrow batch into one row per shard of group keys, the shard's records as one Arrow IPC
 stream: a micro-batch of 50,000 events reaches the stateful step as about a hundred rows.
 

@@ -235,6 +235,14 @@ def _partition_function(policies: Sequence[NamedPolicy]):
         return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, out_schema, strict=True)],
                                           schema=out_schema)
 
+    def columns(kind: str, policy: str | None, given: pa.RecordBatch) -> pa.RecordBatch:
+        """``given``'s columns (names of :data:`OUTPUT_SCHEMA`), the others null."""
+        count = given.num_rows
+        constant = {"kind": pa.repeat(kind, count), "policy": pa.repeat(policy, count).cast(pa.string())}
+        return pa.RecordBatch.from_arrays(
+            [constant[f.name] if f.name in constant else given.column(f.name) if f.name in given.schema.names
+             else pa.nulls(count, f.type) for f in out_schema], schema=out_schema)
+
     def dead_letters(data: pa.Table, rows: list[tuple]) -> None:
         poison = data.filter(pc.is_valid(data["poison_reason"])).to_pydict()
         for topic, partition, offset, ts, key, value, reason, detail in zip(
@@ -254,14 +262,17 @@ def _partition_function(policies: Sequence[NamedPolicy]):
             rows.append((EXPIRED, name, group_key, None, "expired", None, None, entry["merged_events"], None,
                          encode(entry).decode(), None, None))
 
-    def whole_groups(data: pa.Table) -> pa.RecordBatch:
+    def whole_groups(data: pa.Table):
+        """Output batches of ``data``'s groups: the columnar path's batches (plain policies), the
+        rows built one at a time (dead letters, the other groups and policies), one summary per group."""
         rows: list[tuple] = []
         valid = pc.not_equal(data["group_key"], POISON_GROUP)
         if not pc.all(valid).as_py():
             dead_letters(data.filter(pc.invert(valid)), rows)
             data = data.filter(valid)
         if data.num_rows == 0:
-            return table(rows)
+            yield table(rows)  # dead letters only
+            return
         chunk = make_chunk(data["group_key"], data["timestamp_ms"], data["topic"], data["partition"],
                            data["offset"], data["item_id"], data["items"])
         starts = np.flatnonzero(np.diff(chunk.group, prepend=-1))
@@ -277,15 +288,14 @@ def _partition_function(policies: Sequence[NamedPolicy]):
             handed_back = set(range(len(chunk.group_keys)))
             if is_plain(named.policy):
                 batches, handed_back = simulate_chunk(chunk, named.policy)
-                rows.extend((BATCH, named.name, b.group_key, b.batch_id, str(b.reason), b.flushed_at_ms, b.members,
-                             b.event_count, b.latencies_ms, b.body, None, None) for b in batches)
+                yield columns(BATCH, named.name, batches)
             for g in sorted(handed_back):
                 reference(named.name, chunk.group_keys[g], events(g), named.policy, rows)
-        replayed = np.bincount(chunk.group[~chunk.first], minlength=len(chunk.group_keys)).tolist()
-        for g, key in enumerate(chunk.group_keys):
-            rows.append((SUMMARY, None, key, None, None, None, None, None, None, None, bounds[g + 1] - bounds[g],
-                         replayed[g]))
-        return table(rows)
+        yield table(rows)
+        replayed = np.bincount(chunk.group[~chunk.first], minlength=len(chunk.group_keys))
+        yield columns(SUMMARY, None, pa.record_batch({
+            "group_key": pa.array(chunk.group_keys, pa.string()), "records_in": pa.array(np.diff(bounds)),
+            "replayed": pa.array(replayed, pa.int64())}))
 
     def run(batches):
         carry = None
@@ -296,10 +306,10 @@ def _partition_function(policies: Sequence[NamedPolicy]):
                 [carry, pa.Table.from_batches([batch])])
             last = pc.index(data["group_key"], data["group_key"][-1]).as_py()  # the last group may go on
             if last > 0:
-                yield whole_groups(data.slice(0, last))
+                yield from whole_groups(data.slice(0, last))
             carry = data.slice(last)
         if carry is not None:
-            yield whole_groups(carry)
+            yield from whole_groups(carry)
 
     return run
 
@@ -312,7 +322,7 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFA
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`) -> one frame of batches,
     dead letters and per-group summaries (:data:`OUTPUT_SCHEMA`) for every policy at once.
 
-    Records are decoded by :func:`consolidator.spark.transforms.decode` (Spark's JSON functions
+    Records are decoded by :func:`consolidator.spark.transforms.decode` (Spark's string functions
     where they provably agree with ``events.decode``, ``events.decode`` for the rest), shuffled
     once by group key, and each group simulated under each policy."""
     from pyspark.sql import functions as F

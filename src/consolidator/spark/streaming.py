@@ -215,7 +215,7 @@ def by_shard(records_df, names: FieldNames, max_event_bytes: int, shards: int):
 
 
 def packed_records(records_df, names: FieldNames, max_event_bytes: int, shards: int):
-    """Each record decoded (Spark's JSON functions where they prove the value valid, else
+    """Each record decoded (Spark's string functions where they prove the value valid, else
     ``events.decode`` in :func:`pack`), then packed per shard of its group key, poison records
     in :data:`POISON_SHARD` (:data:`PACKED_SCHEMA`)."""
     from pyspark.sql import functions as F
@@ -231,7 +231,7 @@ def packed_records(records_df, names: FieldNames, max_event_bytes: int, shards: 
         "topic", "partition", "offset", "timestamp_ms",
         # key and value only where pack must decode the record (a dead-letter entry needs them)
         F.when(~ok, F.col("key")).alias("key"), F.when(~ok, F.col("value")).alias("value"),
-        *(F.col(f"_fast.{n}").alias(n) for n in ("group_key", "item_id", "items")),
+        *(F.when(ok, F.col(f"_fast.{n}")).alias(n) for n in ("group_key", "item_id", "items")),
         F.when(ok, F.pmod(F.xxhash64(F.col("_fast.group_key")), F.lit(shards)).cast("int")).alias("shard"))
     packing = functools.partial(pack, names=names, max_event_bytes=max_event_bytes, shards=shards)
     return staged.mapInArrow(packing, PACKED_SCHEMA)

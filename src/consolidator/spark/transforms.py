@@ -9,6 +9,7 @@ so results (group keys, items, poison reasons) are exactly the Lambda path's.
 from __future__ import annotations
 
 import json
+import re
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -103,8 +104,10 @@ def read_record_files(spark: SparkSession, path: str, fmt: str = "json") -> Data
 
 
 def fast_schema(names: FieldNames) -> T.StructType | None:
-    """The fields the fast path reads, in the order it expects them (None: names collide)."""
-    if len({names.group_key, names.item_id, names.items}) < 3 or names.sku == names.quantity:
+    """The fields the fast path reads, in the order it expects them (None: names collide, or one
+    needs an escape in JSON)."""
+    fields = (names.group_key, names.item_id, names.items, names.sku, names.quantity)
+    if len(set(fields[:3])) < 3 or names.sku == names.quantity or any(_JSON_ESCAPED.search(f) for f in fields):
         return None
     item = T.StructType([T.StructField(names.sku, T.StringType()), T.StructField(names.quantity, T.LongType())])
     return T.StructType([T.StructField(names.group_key, T.StringType()),
@@ -112,43 +115,46 @@ def fast_schema(names: FieldNames) -> T.StructType | None:
                          T.StructField(names.items, T.ArrayType(item))])
 
 
+_JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')  # what a JSON string cannot hold unescaped
+_TEXT = r'[^"\\\x00-\x1f]+'  # a non-empty JSON string's contents without escapes (Java regex)
+_QUANTITY = r"(?:0|[1-9][0-9]{0,17})"  # an integer from 0 to 10**18 - 1, as JSON writes it
+
+
 def fast_decode(value: Column, schema: T.StructType, max_event_bytes: int) -> Column:
     """struct<ok, group_key, item_id, items>, ``ok`` only where ``events.decode`` provably gives
-    this group key, item id and items.
+    this group key, item id and items; elsewhere the three are meaningless (text cut from the value).
 
-    The proof: the value is valid UTF-8 without a backslash (no escapes), Spark's ``from_json``
-    reads it, and ``to_json`` writes back exactly the same text. Then the value is compact JSON
-    holding just these fields in this order, with string ids, an items list of objects with a
-    string sku and an integer quantity, nothing duplicated, nothing after the object: a document
-    orjson reads to the same values. Identifier lengths, empty skus and negative quantities are
-    checked as ``events.decode`` checks them. Any other value (poison, other layouts, escapes,
-    extra fields) is not proven and goes to Python."""
+    The proof: the value is valid UTF-8 and matches, as a whole, the compact layout
+    ``{"<group>":"g","<item>":"i"}`` or ``{"<group>":"g","<item>":"i","<items>":[e,...]}`` with
+    each ``e`` ``{"<sku>":"s","<quantity>":n}``: strings without escapes or control characters,
+    ``n`` an integer from 0 to 10**18 - 1 without sign, fraction or exponent. Such a value is
+    JSON with just these fields, nothing duplicated and nothing after the object, which orjson
+    and msgspec read to these values. Identifier lengths are checked as ``events.decode`` checks
+    them (1 to :data:`MAX_KEY_CHARS` code points); a sku is never empty. Any other value (poison,
+    other layouts, escapes, extra fields) is not proven and goes to Python."""
     group, item, items = (f.name for f in schema.fields)
     sku, quantity = (f.name for f in schema[items].dataType.elementType.fields)
+
+    def key(name: str) -> str:
+        return rf'"\Q{name}\E":'
+
+    entry = rf'\{{{key(sku)}"{_TEXT}",{key(quantity)}{_QUANTITY}\}}'
+    layout = (rf'\A\{{{key(group)}"{_TEXT}",{key(item)}"{_TEXT}"'
+              rf'(?:,{key(items)}\[(?:{entry}(?:,{entry})*)?\])?\}}\z')
     text = value.cast("string")
-    size = F.octet_length(value)
-    worth_parsing = (F.when(value.isNull() | (size < 1) | (size > max_event_bytes), False)
-                     .when(~F.startswith(text, F.lit(f'{{"{group}":"')) | (F.instr(text, "\\") > 0), False)
-                     .otherwise(F.is_valid_utf8(value)))
-
-    def identifier(parsed: Column, name: str) -> Column:
-        return F.char_length(parsed[name]).between(1, MAX_KEY_CHARS)
-
-    def proven_item(x: Column) -> Column:
-        return x.isNotNull() & (F.char_length(x[sku]) > 0) & (x[quantity] >= 0)
-
-    def checked(parsed: Column) -> Column:
-        proven = ((F.to_json(parsed) == text) & identifier(parsed, group) & identifier(parsed, item)
-                  & (parsed[items].isNull() | F.forall(parsed[items], proven_item)))
-        as_json = F.concat(F.lit("["), F.array_join(F.transform(parsed[items], lambda x: F.concat(
-            F.lit('["'), x[sku], F.lit('",'), x[quantity].cast("string"), F.lit("]"))), ","), F.lit("]"))
-        return F.struct(F.coalesce(proven, F.lit(False)).alias("ok"), parsed[group].alias("group_key"),
-                        parsed[item].alias("item_id"), F.coalesce(as_json, F.lit("[]")).alias("items"))
-
-    # from_json once per record: bound to a lambda variable, Spark's JSON optimisation cannot split
-    # it into one parse per field read
-    result = F.transform(F.array(F.from_json(text, schema)), checked)[0]
-    return F.when(worth_parsing, result).otherwise(not_proven())
+    layout_ok = (F.octet_length(value) <= max_event_bytes) & text.rlike(layout) & F.is_valid_utf8(value)
+    # ids hold no '"': the group key is between the 3rd and 4th quote, the item id the 7th and 8th
+    group_key = F.substring_index(F.substring_index(text, '"', 4), '"', -1)
+    item_id = F.substring_index(F.substring_index(text, '"', 8), '"', -1)
+    head = F.char_length(group_key) + F.char_length(item_id) + len(f'{{"{group}":"","{item}":""')
+    start = head + len(f',"{items}":')
+    listed = text.substr(start + 1, F.char_length(text) - start - 1)  # [e,...] without the closing brace
+    as_json = F.regexp_replace(listed, rf'\{{{key(sku)}"([^"]*)",{key(quantity)}([0-9]+)\}}', '["$1",$2]')
+    ids_fit = (F.char_length(group_key) <= MAX_KEY_CHARS) & (F.char_length(item_id) <= MAX_KEY_CHARS)
+    # no conditional around the fields: Spark then computes each once for all uses
+    return F.struct(F.coalesce(layout_ok & ids_fit, F.lit(False)).alias("ok"), group_key.alias("group_key"),
+                    item_id.alias("item_id"),
+                    F.when(F.char_length(text) > head + 1, as_json).otherwise(F.lit("[]")).alias("items"))
 
 
 def not_proven() -> Column:
