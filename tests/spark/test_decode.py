@@ -26,6 +26,7 @@ CANONICAL = [
     # JSON punctuation inside strings, DEL, the largest quantity the fast path reads
     (b'{"location_id":"W[{1}]:,","order_id":"A]}","items":[{"sku":"a}1]","quantity":999999999999999999},'
      b'{"sku":"{\x7f,","quantity":0}]}'),
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"a},{b","quantity":1},{"sku":"c","quantity":2}]}',
 ]
 
 POISON = [
@@ -50,6 +51,10 @@ POISON = [
     b'{"location_id":"W","order_id":"A","pad":"' + b"x" * MAX_BYTES + b'"}',
     b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":01}]}',
     b'{"location_id":"W\tX","order_id":"A"}', b'{"location_id":"W","order_id":"A"}}',
+    # lists of well-formed items that are not JSON lists
+    *(b'{"location_id":"W","order_id":"A","items":[' + listed + b"]}" for listed in (
+        b'{"sku":"S","quantity":1},,{"sku":"T","quantity":2}', b',{"sku":"S","quantity":1}',
+        b'{"sku":"S","quantity":1},', b'{"sku":"S","quantity":1}{"sku":"T","quantity":2}', b",")),
 ]
 
 # Valid for events.decode but not in the fast path's layout: decoded in Python, same results.
@@ -65,6 +70,8 @@ UNUSUAL = [
     b'{"LOCATION_ID":"X","location_id":"W","order_id":"A"}',
     b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":1000000000000000000}]}',
     b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":-0}]}',
+    # a second list after the items
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":1}],"x":[{"sku":"T","quantity":2}]}',
 ]
 
 
@@ -183,3 +190,17 @@ def test_near_valid_values_decode_exactly_as_events_decode(spark, decoded):
 def test_python_only_decode_agrees(spark):
     values = CANONICAL + POISON[:6]
     assert run_decode(spark, values, fast_path=False)[0] == [expected(v) for v in values]
+
+
+def test_a_long_items_list_is_proven_without_overflowing_the_stack(spark):
+    """Java's regex engine recurses once per repetition of a group: one expression over a list of
+    thousands of items overflowed the executor's stack and failed the whole job."""
+    from consolidator.spark.transforms import fast_decode, fast_schema
+
+    items = [{"sku": f"S{i}", "quantity": i} for i in range(5000)]
+    value = json.dumps({"location_id": "W", "order_id": "A", "items": items}, separators=(",", ":")).encode()
+    frame = spark.createDataFrame([(value,)], "value binary")
+    got = frame.select(fast_decode(frame["value"], fast_schema(NAMES), 1 << 20).alias("f")).first()["f"]
+    event = decode(KafkaRecord("t", 0, 0, 0, None, value), NAMES, 1 << 20)
+    assert got["ok"] and json.loads(got["items"]) == [list(i) for i in event.items]
+    assert (got["group_key"], got["item_id"]) == (event.group_key, event.item_id)

@@ -118,6 +118,7 @@ def fast_schema(names: FieldNames) -> T.StructType | None:
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')  # what a JSON string cannot hold unescaped
 _TEXT = r'[^"\\\x00-\x1f]+'  # a non-empty JSON string's contents without escapes (Java regex)
 _QUANTITY = r"(?:0|[1-9][0-9]{0,17})"  # an integer from 0 to 10**18 - 1, as JSON writes it
+_MARK = "\x01"
 
 
 def fast_decode(value: Column, schema: T.StructType, max_event_bytes: int) -> Column:
@@ -138,9 +139,11 @@ def fast_decode(value: Column, schema: T.StructType, max_event_bytes: int) -> Co
     def key(name: str) -> str:
         return rf'"\Q{name}\E":'
 
-    entry = rf'\{{{key(sku)}"{_TEXT}",{key(quantity)}{_QUANTITY}\}}'
+    # Never one regular expression over the whole list: Java's regex engine recurses once per
+    # repetition of a group, and a list of a thousand items overflowed the executor's stack.
     layout = (rf'\A\{{{key(group)}"{_TEXT}",{key(item)}"{_TEXT}"'
-              rf'(?:,{key(items)}\[(?:{entry}(?:,{entry})*)?\])?\}}\z')
+              rf'(?:,{key(items)}\[[^\x00-\x1f]*\])?\}}\z')
+    entry = rf'\{{{key(sku)}"{_TEXT}",{key(quantity)}{_QUANTITY}\}}'
     text = value.cast("string")
     layout_ok = (F.octet_length(value) <= max_event_bytes) & text.rlike(layout) & F.is_valid_utf8(value)
     # ids hold no '"': the group key is between the 3rd and 4th quote, the item id the 7th and 8th
@@ -149,11 +152,17 @@ def fast_decode(value: Column, schema: T.StructType, max_event_bytes: int) -> Co
     head = F.char_length(group_key) + F.char_length(item_id) + len(f'{{"{group}":"","{item}":""')
     start = head + len(f',"{items}":')
     listed = text.substr(start + 1, F.char_length(text) - start - 1)  # [e,...] without the closing brace
+    # Each item replaced by a mark (a control character: none is left in a matching value); the
+    # list is then "[", marks and commas alternating from a mark to a mark, "]"
+    marked = F.regexp_replace(listed, entry, _MARK)
+    items_ok = ((F.char_length(text) == head + 1) | (listed == "[]")
+                | (marked.rlike(rf"\A\[{_MARK}[,{_MARK}]*\]\z") & (F.instr(marked, ",,") == 0)
+                   & (F.instr(marked, _MARK * 2) == 0) & ~F.endswith(marked, F.lit(",]"))))
     as_json = F.regexp_replace(listed, rf'\{{{key(sku)}"([^"]*)",{key(quantity)}([0-9]+)\}}', '["$1",$2]')
     ids_fit = (F.char_length(group_key) <= MAX_KEY_CHARS) & (F.char_length(item_id) <= MAX_KEY_CHARS)
     # no conditional around the fields: Spark then computes each once for all uses
-    return F.struct(F.coalesce(layout_ok & ids_fit, F.lit(False)).alias("ok"), group_key.alias("group_key"),
-                    item_id.alias("item_id"),
+    return F.struct(F.coalesce(layout_ok & ids_fit & items_ok, F.lit(False)).alias("ok"),
+                    group_key.alias("group_key"), item_id.alias("item_id"),
                     F.when(F.char_length(text) > head + 1, as_json).otherwise(F.lit("[]")).alias("items"))
 
 
