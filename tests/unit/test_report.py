@@ -41,7 +41,8 @@ def test_report_says_what_the_input_was_and_what_to_pick(tmp_path):
     page = paths["html"].read_text()
     for text in ("records: 1,234", "groups: 56", "2 file(s): history/a.jsonl, history/b.jsonl",
                  "(24.0 h)", "<code>d300s-h1800s-n500-t30s</code>: compaction 5.00", "hard window 1800 s",
-                 "debounce 300 s"):
+                 "debounce 300 s", "<code>-r2per60s</code> is a rate limit of 2 batches per 60 s",
+                 "<code>-ttl21600s</code> a time-to-live of 21600 s"):
         assert text in page, text
     assert paths["chart"].stat().st_size > 10_000
     none = write_report(FIGURES, tmp_path / "none", source, max_p95_ms=1_000).get("markdown").read_text()

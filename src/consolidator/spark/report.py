@@ -208,7 +208,10 @@ def _span(source: InputSummary) -> str:
 NAME_HELP = ("A policy name lists its settings: `d300s-h1800s-n500-t30s` is debounce 300 s (flush a group "
              "once it has been quiet that long), hard window 1800 s (flush at the latest that long after "
              "the group's oldest pending event), at most 500 rows per batch (a full group flushes at once), "
-             "and flush ticks every 30 s.")
+             "and flush ticks every 30 s. When set, `-r2per60s` is a rate limit of 2 batches per 60 s for each "
+             "group (the rest waits for the next allowed claim), and `-ttl21600s` a time-to-live of 21600 s "
+             "(a row whose newest event's record timestamp is older than that when it would be claimed goes to the "
+             "dead-letter destination as expired).")
 GLOSSARY = ("Compaction = events batched / batches out (higher: fewer, larger batches downstream). "
             "Latency = flushed_at - first_seen per buffered row.")
 
