@@ -7,7 +7,12 @@ temporary directory), then times, on the same session and data:
 
 - baseline: ``groupBy(group key, session_window(timestamp, debounce)).count()``;
 - replay: decode (Spark's string functions, ``events.decode`` for what they cannot prove) +
-  per-group simulation of the default policy + batch messages (v1).
+  per-group simulation of the default policy + batch messages (v1);
+- the peer: Flink's SQL session window (Nexmark q11's shape, ``flink_session.py``, in Flink's own
+  venv, parallelism = cores, warmed up in its own JVM) on the same records as JSON lines, and the
+  replay again on those JSON lines: ``ratio_vs_flink_session_window`` = replay events/s / Flink
+  events/s, both reading JSON lines (Flink's wheel reads no Parquet). Flink's time is its job's,
+  submission to the last session out.
 
 Both are forced to completion with the ``noop`` writer; a small warm-up run of each comes first.
 The last line is one JSON object; ``ratio_vs_session_window`` = replay events/s / baseline
@@ -26,6 +31,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from flink import flink_session_window
+from proctree import tree_cpu_seconds
 
 from consolidator.policy import Policy
 from consolidator.spark.replay import NamedPolicy, policy_name, replay
@@ -54,31 +62,6 @@ def generate(spark, path: str, events: int, groups: int) -> None:
      .write.mode("overwrite").parquet(path))
 
 
-def tree_cpu_seconds() -> float:
-    """CPU time (user + system) of this process and every process under it (the local JVM, its
-    Python workers), reaped children included. Linux only; 0.0 elsewhere."""
-    tick = os.sysconf("SC_CLK_TCK")
-    stats: dict[int, tuple[int, float]] = {}
-    for entry in Path("/proc").iterdir() if Path("/proc/self/stat").exists() else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except (OSError, ValueError):
-            continue
-        fields = text[text.rindex(")") + 2:].split()
-        stats[int(entry.name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _) in stats.items():
-        children.setdefault(parent, []).append(pid)
-    total, todo = 0.0, [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        total += stats.get(pid, (0, 0.0))[1]
-        todo.extend(children.get(pid, ()))
-    return total
-
-
 def timed(frame) -> tuple[float, float]:
     """Wall and CPU seconds of running ``frame`` to completion with the ``noop`` writer."""
     cpu, started = tree_cpu_seconds(), time.perf_counter()
@@ -97,10 +80,30 @@ def time_session_window(spark, path: str, policy: Policy) -> tuple[float, float,
     return *timed(sessions), sessions.count()
 
 
-def time_replay(spark, path: str, policy: Policy) -> tuple[float, float, int]:
+def to_json_lines(spark, parquet: str, path: str) -> None:
+    """The same records as JSON lines (key and value as strings, timestamp in epoch ms)."""
     from pyspark.sql import functions as F
 
-    result = replay(records(spark.read.parquet(path)), [NamedPolicy(policy_name(policy), policy)])
+    (spark.read.parquet(parquet)
+     .select("topic", "partition", "offset", "timestamp", F.col("key").cast("string").alias("key"),
+             F.col("value").cast("string").alias("value"))
+     .write.mode("overwrite").json(path))
+
+
+def read_json_lines(spark, path: str):
+    from pyspark.sql import functions as F
+
+    frame = spark.read.schema("topic STRING, partition INT, offset BIGINT, timestamp BIGINT, key STRING, value STRING"
+                              ).json(path)
+    return frame.select("topic", "partition", "offset", "timestamp", F.col("key").cast("binary").alias("key"),
+                        F.col("value").cast("binary").alias("value"))
+
+
+def time_replay(spark, path: str, policy: Policy, json_lines: bool = False) -> tuple[float, float, int]:
+    from pyspark.sql import functions as F
+
+    source = read_json_lines(spark, path) if json_lines else spark.read.parquet(path)
+    result = replay(records(source), [NamedPolicy(policy_name(policy), policy)])
     return *timed(result), result.where(F.col("kind") == "batch").count()
 
 
@@ -111,6 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args(argv)
     policy = Policy()
+    cores = int(args.master.removeprefix("local[").rstrip("]")) if args.master.startswith("local[") else os.cpu_count()
     spark = build_session("consolidator-bench-replay", master=args.master,
                           extra={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"})
     workdir = Path(tempfile.mkdtemp(prefix="bench-replay-"))
@@ -118,18 +122,29 @@ def main(argv: list[str] | None = None) -> dict:
         data, warm = str(workdir / "events"), str(workdir / "warm")
         generate(spark, data, args.events, args.groups)
         generate(spark, warm, 20_000, 50)
+        data_json, warm_json = str(workdir / "events-json"), str(workdir / "warm-json")
+        to_json_lines(spark, data, data_json)
+        to_json_lines(spark, warm, warm_json)
         time_session_window(spark, warm, policy)  # warm-up: JVM, Python workers, Arrow
         time_replay(spark, warm, policy)
+        time_replay(spark, warm_json, policy, json_lines=True)
         baseline_s, baseline_cpu, sessions = time_session_window(spark, data, policy)
         replay_s, replay_cpu, batches = time_replay(spark, data, policy)
+        replay_json_s, replay_json_cpu, _ = time_replay(spark, data_json, policy, json_lines=True)
+        flink = flink_session_window(Path(data_json), Path(warm_json), policy.debounce_ms, cores)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         spark.stop()
     replay_eps, baseline_eps = args.events / replay_s, args.events / baseline_s
+    replay_json_eps, flink_eps = args.events / replay_json_s, args.events / flink["seconds"]
     print(f"session_window: {baseline_s:8.2f} s  {baseline_eps:12,.0f} events/s  {sessions:,} sessions"
           f"  cpu {baseline_cpu:.2f} s", file=sys.stderr)
     print(f"replay:         {replay_s:8.2f} s  {replay_eps:12,.0f} events/s  {batches:,} batches"
           f"  cpu {replay_cpu:.2f} s", file=sys.stderr)
+    print(f"replay (JSON):  {replay_json_s:8.2f} s  {replay_json_eps:12,.0f} events/s"
+          f"  cpu {replay_json_cpu:.2f} s", file=sys.stderr)
+    print(f"Flink session:  {flink['seconds']:8.2f} s  {flink_eps:12,.0f} events/s  {flink['sessions']:,} sessions"
+          f"  cpu {flink['cpu_seconds']:.2f} s (JSON lines, parallelism {cores})", file=sys.stderr)
     figures = {
         "benchmark": "replay", "events": args.events, "groups": args.groups, "master": args.master,
         "policy": policy_name(policy), "replay_seconds": round(replay_s, 3),
@@ -138,6 +153,13 @@ def main(argv: list[str] | None = None) -> dict:
         "ratio_vs_session_window": round(replay_eps / baseline_eps, 3),
         "replay_cpu_seconds": round(replay_cpu, 2), "session_window_cpu_seconds": round(baseline_cpu, 2),
         "cpu_ratio_vs_session_window": round(baseline_cpu / replay_cpu, 3) if replay_cpu else None,
+        "replay_json_seconds": round(replay_json_s, 3), "replay_json_events_per_s": round(replay_json_eps),
+        "replay_json_cpu_seconds": round(replay_json_cpu, 2),
+        "flink_session_window_seconds": flink["seconds"], "flink_session_window_events_per_s": round(flink_eps),
+        "flink_session_window_cpu_seconds": flink["cpu_seconds"], "flink_sessions": flink["sessions"],
+        "flink_events": flink["events"], "flink_parallelism": cores,
+        "ratio_vs_flink_session_window": round(replay_json_eps / flink_eps, 3),
+        "cpu_ratio_vs_flink_session_window": round(flink["cpu_seconds"] / replay_json_cpu, 3) if replay_json_cpu else None,
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     print(json.dumps(figures))

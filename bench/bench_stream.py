@@ -33,6 +33,13 @@ The last line is one JSON object; ``ratio_vs_streaming_session_window`` = sustai
 the aggregator / sustained events/s of the baseline (target >= 0.5); ``ceiling_ratio`` the same for
 the ceiling query. Flink's Nexmark q11
 (session windows) publishes about 40,000 events/s per core, printed next to ours.
+
+The peer, measured in the same run: the input is also written as JSON lines (the same records;
+Flink's wheel reads no Parquet), Flink's SQL session window (``flink_session.py``, Nexmark q11's
+shape, streaming mode, parallelism = cores, the baseline's gap and watermark, warmed up in its own
+JVM) reads them, and the aggregator runs once more on them through Spark's JSON file source.
+``ratio_vs_flink_session_window`` = that aggregator run's sustained events/s / Flink's events/s
+(its job's wall time, submission to the last session out, so it includes the job's start).
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from flink import flink_session_window
+
 from consolidator.policy import Policy
 from consolidator.spark.session import build_session
 from consolidator.spark.shards import DEFAULT_SHARDS
@@ -58,11 +67,15 @@ def generate(directory: Path, events: int, groups: int, file_records: int, span_
     """Parquet files of records (topic, partition, offset, timestamp, key, value) in time order,
     written one after the other (the file source lists them by modification time). Returns the
     number of files. Group of event i: a multiplicative hash of i mod ``groups``; 50 order ids
-    per group; timestamps evenly over ``span_ms``."""
+    per group; timestamps evenly over ``span_ms``. The same records go to ``<directory>-json`` as
+    JSON lines, one file per Parquet file (key and value as strings, timestamp in epoch ms)."""
+    import orjson
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     directory.mkdir(parents=True)
+    json_directory = directory.with_name(directory.name + "-json")
+    json_directory.mkdir()
     schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                         ("timestamp", pa.timestamp("ms", tz="UTC")), ("key", pa.binary()),
                         ("value", pa.binary())])
@@ -78,6 +91,10 @@ def generate(directory: Path, events: int, groups: int, file_records: int, span_
             "timestamp": [START_MS + i * span_ms // events for i in ids],
             "key": [g.encode() for g in group], "value": values}, schema=schema)
         pq.write_table(table, directory / f"part-{files:05d}.parquet")
+        lines = (orjson.dumps({"topic": "orders", "partition": i % 8, "offset": i // 8,
+                               "timestamp": START_MS + i * span_ms // events, "key": g, "value": v.decode()})
+                 for i, g, v in zip(ids, group, values, strict=True))
+        (json_directory / f"part-{files:05d}.json").write_bytes(b"\n".join(lines) + b"\n")
         files += 1
     return files
 
@@ -94,10 +111,17 @@ def _sentinel(directory: Path, files: int, span_ms: int) -> None:
 
 
 def _stream(spark, directory: Path, files_per_trigger: int):
+    from pyspark.sql import functions as F
+
     from consolidator.spark.transforms import SOURCE_SCHEMA
 
-    return (spark.readStream.schema(SOURCE_SCHEMA).option("maxFilesPerTrigger", files_per_trigger)
-            .parquet(str(directory)))
+    reader = spark.readStream.option("maxFilesPerTrigger", files_per_trigger)
+    if not directory.name.endswith("-json"):
+        return reader.schema(SOURCE_SCHEMA).parquet(str(directory))
+    frame = reader.schema("topic STRING, partition INT, offset BIGINT, timestamp BIGINT, key STRING, value STRING"
+                          ).json(str(directory))
+    return frame.select("topic", "partition", "offset", "timestamp", F.col("key").cast("binary").alias("key"),
+                        F.col("value").cast("binary").alias("value"))
 
 
 def _wait(query, done, timeout_s: float) -> None:
@@ -237,10 +261,12 @@ def warm_up(spark, workdir: Path, events: int, args, policy: Policy, gap_ms: int
     """Each query once on ``events`` records of its own, results dropped."""
     data = workdir / "warmup"
     files = generate(data, events, args.groups, args.file_records, args.span_ms)
-    for name in ("warm-aggregator", "warm-ceiling", "warm-session"):
+    for name in ("warm-aggregator", "warm-aggregator-json", "warm-ceiling", "warm-session"):
         (workdir / name).mkdir()
     run_aggregator(spark, data, workdir / "warm-aggregator", files, args.files_per_trigger, policy, events,
                    args.state_shards)
+    run_aggregator(spark, data.with_name("warmup-json"), workdir / "warm-aggregator-json", files,
+                   args.files_per_trigger, policy, events, args.state_shards)
     run_ceiling(spark, data, workdir / "warm-ceiling", args.files_per_trigger, events, args.state_shards)
     _sentinel(data, files, args.span_ms)
     run_session_window(spark, data, workdir / "warm-session", files + 1, args.files_per_trigger, gap_ms, events)
@@ -286,6 +312,15 @@ def main(argv: list[str] | None = None) -> dict:
         _sentinel(data, files, args.span_ms)
         baseline = run_session_window(spark, data, workdir, files + 1, args.files_per_trigger, gap_ms, args.events)
         print(f"session_window: {baseline}", file=sys.stderr)
+        (workdir / "json").mkdir()
+        aggregator_json = run_aggregator(spark, data.with_name("events-json"), workdir / "json", files,
+                                         args.files_per_trigger, policy, args.events, args.state_shards)
+        print(f"aggregator (JSON lines): {aggregator_json}", file=sys.stderr)
+        flink = flink_session_window(data.with_name("events-json"), workdir / "warmup-json", gap_ms,
+                                     cores or 2, watermark_ms=gap_ms)
+        flink["events_per_s"] = round(args.events / flink["seconds"])
+        flink["events_per_s_per_core"] = round(flink["events_per_s"] / (cores or 2))
+        print(f"Flink session window (JSON lines): {flink}", file=sys.stderr)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         spark.stop()
@@ -306,6 +341,8 @@ def main(argv: list[str] | None = None) -> dict:
         "ceiling_ratio": round(ceiling["events_per_s"] / baseline["events_per_s"], 3),
         "ceiling_ratio_after_first_batch": round(ceiling["after_first_batch_events_per_s"]
                                                  / baseline["after_first_batch_events_per_s"], 3),
+        "aggregator_json": aggregator_json, "flink_session_window": flink,
+        "ratio_vs_flink_session_window": round(aggregator_json["events_per_s"] / flink["events_per_s"], 3),
     }
     print(json.dumps(figures))
     return figures

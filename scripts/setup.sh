@@ -5,6 +5,7 @@
 #   scripts/setup.sh test   all of it (`make test`): + Java 17 (Spark), Node.js (CDK), the
 #                           dev/spark/infra extras and the Lambda bundle's arm64 wheels
 #   scripts/setup.sh uv     only uv, into .tools/venv (for `make lock`)
+#   scripts/setup.sh flink  Java 17 and Flink's own venv (.tools/flink), for the peer benchmarks
 #
 # Every download happens here, never in the tests: after one `test` set-up the suite runs with
 # no network. Python dependencies come from uv.lock only (`uv sync --frozen`). MariaDB and Redis
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 PROFILE=${1:-test}
-case "$PROFILE" in demo|test|uv) ;; *) echo "usage: $0 [demo|test|uv]" >&2; exit 2 ;; esac
+case "$PROFILE" in demo|test|uv|flink) ;; *) echo "usage: $0 [demo|test|uv|flink]" >&2; exit 2 ;; esac
 
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 STARTED_AT=$(date +%s)
@@ -72,15 +73,15 @@ apt_python=(); apt_rest=()
 [ -f /etc/ssl/certs/ca-certificates.crt ] || apt_python+=(ca-certificates)
 have python3 || apt_python+=(python3)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || apt_python+=(python3-venv)
-if [ "$PROFILE" != uv ]; then
+if [ "$PROFILE" != uv ] && [ "$PROFILE" != flink ]; then
   have mariadbd || apt_rest+=(mariadb-server)
   have mysql || apt_rest+=(mariadb-client)
   have redis-server || apt_rest+=(redis-server)
   have redis-cli || apt_rest+=(redis-tools)
 fi
-if [ "$PROFILE" = test ]; then
+if [ "$PROFILE" = test ] || [ "$PROFILE" = flink ]; then
   have java || apt_rest+=(openjdk-17-jre-headless)   # Spark tests
-  have node || apt_rest+=(nodejs)                    # CDK (jsii) tests; Debian's Node 18 will do
+  [ "$PROFILE" = flink ] || have node || apt_rest+=(nodejs)  # CDK (jsii) tests; Debian's Node 18 will do
 fi
 apt_install() { env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "$@"; }
 if [ $((${#apt_python[@]} + ${#apt_rest[@]})) -gt 0 ]; then
@@ -116,6 +117,21 @@ UV="$REPO/.tools/venv/bin/uv"
 # proxy on the way to PyPI needs, which uv's bundled roots do not.
 export UV_PYTHON_DOWNLOADS=never UV_PYTHON_PREFERENCE=only-system UV_SYSTEM_CERTS=true
 [ "$PROFILE" != uv ] || { say "uv ready: $("$UV" --version) at .tools/venv/bin/uv"; exit 0; }
+
+# --- Flink, for the peer benchmarks only ------------------------------------------------------
+if [ "$PROFILE" = flink ]; then
+  flink_stamp=.tools/flink/.req-$(sha256sum scripts/flink-requirements.txt | cut -c1-16)
+  if [ ! -f "$flink_stamp" ]; then
+    rm -rf .tools/flink
+    run_long "installing Flink (apache-flink, locked by hash) into .tools/flink" "$LOGS/flink.log" bash -c \
+      "python3 -m venv --without-pip .tools/flink && $UV pip install --python .tools/flink/bin/python \
+       --require-hashes -r scripts/flink-requirements.txt"
+    touch "$flink_stamp"
+  fi
+  wait_bg
+  say "Flink ready: .tools/flink ($(.tools/flink/bin/python -c 'import importlib.metadata as m; print(m.version("apache-flink"))'))"
+  exit 0
+fi
 
 # --- Python venv from uv.lock -----------------------------------------------------------------
 if [ "$PROFILE" = demo ]; then
