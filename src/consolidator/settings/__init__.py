@@ -12,9 +12,9 @@ with the credentials of URLs masked. URL checks live in :mod:`consolidator.setti
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from consolidator.errors import ConfigurationError
 from consolidator.events import FieldNames
@@ -47,11 +47,35 @@ from consolidator.settings.urls import (
 )
 
 __all__ = [
-    "DAY_SECONDS", "DEAD_LETTER_SCHEMES", "ENV_PREFIX", "OTHER_VARIABLES", "SINK_SCHEMES", "AckSettings",
-    "CleanupSettings", "CompletionSettings", "ConfigurationError", "EmrSettings", "FlushSettings",
-    "IngestSettings", "LimitSettings", "PolicySettings", "ReplaySettings", "StreamSettings", "all_models",
-    "check_database_url", "check_dead_letter_url", "check_redis_url", "check_sink_url", "known_variables",
-    "load_settings", "mask", "setting_field", "unknown_variables",
+    "DAY_SECONDS",
+    "DEAD_LETTER_SCHEMES",
+    "ENV_PREFIX",
+    "OTHER_VARIABLES",
+    "SINK_SCHEMES",
+    "WINDOWS_RULE",
+    "AckSettings",
+    "CleanupSettings",
+    "CompletionSettings",
+    "ConfigurationError",
+    "EmrSettings",
+    "FlushSettings",
+    "IngestSettings",
+    "LimitSettings",
+    "PolicySettings",
+    "ReplaySettings",
+    "StreamSettings",
+    "all_models",
+    "allowed_range",
+    "check_database_url",
+    "check_dead_letter_url",
+    "check_redis_url",
+    "check_setting",
+    "check_sink_url",
+    "known_variables",
+    "load_settings",
+    "mask",
+    "setting_field",
+    "unknown_variables",
 ]
 MAX_RATE_PERIOD_SECONDS = 31 * DAY_SECONDS  # also the bound of `consolidator limits set --per`
 
@@ -147,7 +171,10 @@ def check_windows(debounce_seconds: float, hard_window_seconds: float) -> None:
     shorter than the debounce would make the debounce unreachable, so it is refused."""
     if hard_window_seconds < debounce_seconds:
         raise ValueError(f"hard_window_seconds ({hard_window_seconds:g}) must be at least debounce_seconds"
-                         f" ({debounce_seconds:g}): a group is flushed at the latest when its hard window ends")
+                         f" ({debounce_seconds:g}): {WINDOWS_RULE}")
+
+
+WINDOWS_RULE = "a group is flushed at the latest when its hard window ends, so a longer debounce would never apply"
 
 
 class _Sink(Root):
@@ -253,3 +280,29 @@ def setting_field(name: str) -> tuple[type, object]:
             info = model.model_fields[name]
             return info.annotation, info
     raise KeyError(f"no settings model declares {name!r}")
+
+
+def allowed_range(name: str) -> str:
+    """The bounds of the number setting ``name``, e.g. ``0.001 <= x <= 2678400``."""
+    low = high = ""
+    for bound in setting_field(name)[1].metadata:
+        for attribute, text in (("ge", "{} <= "), ("gt", "{} < "), ("le", " <= {}"), ("lt", " < {}")):
+            if (number := getattr(bound, attribute, None)) is not None:
+                if attribute in ("ge", "gt"):
+                    low = text.format(number)
+                else:
+                    high = text.format(number)
+    return f"{low}x{high}"
+
+
+def check_setting(name: str, value: object) -> object:
+    """``value`` as the setting ``name`` accepts it (its type, finiteness and bounds), or a
+    ValueError naming the value and the allowed range: for options that set the same quantity
+    elsewhere (``consolidator limits set --per``)."""
+    annotation, info = setting_field(name)
+    try:
+        return TypeAdapter(Annotated[annotation, info]).validate_python(value)
+    except ValidationError:
+        shown = f"{value:g}" if isinstance(value, float) else repr(value)
+        raise ValueError(f"{shown} is out of range: allowed {allowed_range(name)}"
+                         f" (as {ENV_PREFIX}{name.upper()})") from None

@@ -48,7 +48,8 @@ def problems_of(error: ValidationError, model: type[Root], environ: Mapping[str,
         field = "_".join(str(p) for p in item["loc"]) if item["loc"] else ""
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "missing":
-            problems.append(f"{_label(field, options, overrides)} is required but not set")
+            either = f"{options[field]} or " if field in options else ""
+            problems.append(f"{either}{ENV_PREFIX}{field.upper()} is required but not set")
         elif field:
             problems.append(f"{_label(field, options, overrides)}: {message} (got {mask(item.get('input'))})")
         else:  # a rule over several settings names them by field: name them as the user gave them
