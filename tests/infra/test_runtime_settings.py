@@ -12,8 +12,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infra"))
 
-from consolidator.settings import load_settings, unknown_variables
 from consolidator_infra.config import ConfigError, load_environment
+
+from consolidator.settings import load_settings, unknown_variables
 
 pytestmark = pytest.mark.infra
 
