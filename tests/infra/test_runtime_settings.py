@@ -69,14 +69,6 @@ def test_environment_file_refused_with_the_runtime_bounds(tmp_path, policy, mess
     assert message in str(error.value)
 
 
-def test_runtime_values_the_infra_used_to_refuse_are_accepted(tmp_path):
-    """One rule for both: what the runtime accepts (here a 1 s debounce with a 30 s tick and a
-    TTL of a week), the environment file accepts."""
-    config = load_environment("bad", _write(tmp_path, debounce_seconds=0.5, event_ttl_seconds=7 * 86_400,
-                                            max_rows_per_tick=1_000_000))
-    assert config.policy.debounce_seconds == 0.5
-
-
 def test_synth_time_check_names_the_function_and_variable():
     from consolidator_infra.functions import check_function_environment
 
