@@ -13,7 +13,17 @@ from pathlib import Path
 from typing import Annotated, Literal, Self
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from consolidator.settings import check_windows, setting_field
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
 
@@ -148,33 +158,35 @@ class CacheConfig(_Model):
     replicas: int = Field(0, ge=0, le=5, description=">= 1 enables Multi-AZ automatic failover")
 
 
-class PolicyConfig(_Model):
-    """The product settings passed to the functions as CONSOLIDATOR_* variables."""
+FLUSH_SCHEDULE_SECONDS = 60  # consolidator_infra/schedules.py: the flush function runs once a minute
 
-    debounce_seconds: float = Field(300, gt=0)
-    hard_window_seconds: float = Field(1800, gt=0)
-    max_batch_size: int = Field(500, gt=0, le=10_000)
-    tick_interval_seconds: float = Field(30, gt=0, le=60)
-    max_attempts: int = Field(5, ge=1)
-    max_rows_per_tick: int = Field(20_000, gt=0)
-    max_event_bytes: int = Field(256 * 1024, gt=0)
-    retention_months: int = Field(3, ge=1)
-    partitions_ahead: int = Field(3, ge=1)
-    group_key_field: str = "location_id"
-    item_id_field: str = "order_id"
-    items_field: str = "items"
-    sku_field: str = "sku"
-    quantity_field: str = "quantity"
+# The product settings passed to the functions as CONSOLIDATOR_* variables. Their types, defaults,
+# units and bounds are the runtime's (consolidator.settings), not repeated here.
+POLICY_SETTINGS = (
+    "debounce_seconds", "hard_window_seconds", "max_batch_size", "tick_interval_seconds", "max_attempts",
+    "max_rows_per_tick", "max_event_bytes", "retention_months", "partitions_ahead", "group_key_field",
+    "item_id_field", "items_field", "sku_field", "quantity_field",
     # Rate limit and event TTL (docs/semantics.md section 7); per-group overrides: `consolidator limits`.
-    rate_limit_batches: int = Field(0, ge=0, le=1_000, description="Default batches per group per period; 0 = none")
-    rate_limit_period_seconds: float = Field(60, gt=0)
-    event_ttl_seconds: float = Field(21_600, ge=0, description="0 turns the TTL off")
+    "rate_limit_batches", "rate_limit_period_seconds", "event_ttl_seconds",
+)
 
+
+class _PolicyRules(_Model):
     @model_validator(mode="after")
-    def _windows(self) -> Self:
-        if self.hard_window_seconds < self.debounce_seconds:
-            raise ValueError("hard_window_seconds must be >= debounce_seconds")
+    def _rules(self) -> Self:
+        check_windows(self.debounce_seconds, self.hard_window_seconds)  # the runtime's own rule
+        if self.tick_interval_seconds > FLUSH_SCHEDULE_SECONDS:
+            raise ValueError(f"tick_interval_seconds ({self.tick_interval_seconds:g}) must be at most"
+                             f" {FLUSH_SCHEDULE_SECONDS} in a deployment: the flush function is scheduled once a"
+                             " minute, so a longer tick would not be honoured")
         return self
+
+
+PolicyConfig = create_model(
+    "PolicyConfig", __base__=_PolicyRules, __module__=__name__,
+    __doc__="The product settings of the functions, declared by consolidator.settings and checked by it.",
+    **{name: setting_field(name) for name in POLICY_SETTINGS},
+)
 
 
 class FunctionsConfig(_Model):

@@ -11,12 +11,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from aws_cdk import AssetHashType, Duration, RemovalPolicy
+from aws_cdk import AssetHashType, Duration, RemovalPolicy, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from consolidator.errors import ConfigurationError
+from consolidator.settings import (
+    AckSettings,
+    CleanupSettings,
+    FlushSettings,
+    IngestSettings,
+    load_settings,
+)
+from consolidator_infra.config import ConfigError
 from consolidator_infra.network import Network, retention_days
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -25,6 +34,30 @@ import bundle
 RUNTIME = lambda_.Runtime.PYTHON_3_12  # must match bundle.PYTHON_VERSION (cp312 wheels)
 ARCHITECTURE = lambda_.Architecture.ARM_64  # must match bundle.PLATFORMS (aarch64 wheels)
 HANDLER = "handler.handler"
+
+# The settings model each function's handler loads (functions/<name>/handler.py).
+RUNTIME_SETTINGS = {"ingest": IngestSettings, "flush": FlushSettings, "cleanup": CleanupSettings,
+                    "migrate": CleanupSettings, "acks": AckSettings}
+# Stand-ins for values known only at deploy time (tokens), of the form the setting takes.
+_SECRET = "arn:aws:secretsmanager:eu-west-1:111111111111:secret:synth-placeholder"
+_QUEUE = "sqs://sqs.eu-west-1.amazonaws.com/111111111111/synth-placeholder"
+DEPLOY_TIME_PLACEHOLDERS = {
+    "CONSOLIDATOR_DATABASE_SECRET_ARN": _SECRET, "CONSOLIDATOR_REDIS_AUTH_SECRET_ARN": _SECRET,
+    "CONSOLIDATOR_REDIS_URL": "rediss://synth-placeholder:6379/0", "CONSOLIDATOR_DEAD_LETTER_URL": _QUEUE,
+    "CONSOLIDATOR_SINK_URL": _QUEUE, "CONSOLIDATOR_COMPLETION_SINK_URL": _QUEUE,
+}
+
+
+def check_function_environment(name: str, environment: dict[str, object]) -> None:
+    """Load the function's runtime settings from the variables it will get, at synth time, so an
+    environment file the runtime would refuse (bounds, cross-setting rules, unknown names) fails
+    ``cdk synth`` instead of the first invocation. Deploy-time values are replaced by placeholders."""
+    environ = {key: DEPLOY_TIME_PLACEHOLDERS.get(key, "") if Token.is_unresolved(value) else str(value)
+               for key, value in environment.items()}
+    try:
+        load_settings(RUNTIME_SETTINGS[name], environ=environ)
+    except ConfigurationError as exc:
+        raise ConfigError(f"function {name}: {exc}") from None
 
 
 def function_code(name: str) -> lambda_.Code:
@@ -53,6 +86,7 @@ class FunctionFactory(Construct):
         security_group: ec2.ISecurityGroup, environment: dict[str, str],
         reserved_concurrency: int | None = None,
     ) -> lambda_.Function:
+        check_function_environment(name, {**self._environment, **environment})
         log_group = logs.LogGroup(
             self, f"{name.capitalize()}Logs", retention=self._retention, removal_policy=self._removal_policy,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_cli import NOW, cli, cli_json, env, flush_env, ingest, migrated  # noqa: F401 (fixtures)
 
 from consolidator.batch import iso_ms
@@ -28,6 +29,23 @@ def test_limits_set_list_clear(env, migrated):  # noqa: F811
     assert cli(env, "limits", "set", "WH-1", "--batches", "0", "--per", "60").exit_code == 2
     bad = cli(env | {"CONSOLIDATOR_RATE_LIMIT_BATCHES": "-1"}, "limits", "list")
     assert bad.exit_code == 2 and "CONSOLIDATOR_RATE_LIMIT_BATCHES" in bad.stderr
+
+
+
+@pytest.mark.parametrize(("group", "per", "named"), [
+    ("WH-1", "inf", "inf"), ("WH-1", "nan", "nan"), ("WH-1", "1e300", "1e+300"), ("WH-1", "9e15", "9e+15"),
+    ("WH-1", "1e12", "1e+12"), ("WH-1", "0", "0"), ("WH-1", "-5", "-5"),
+    ("", "60", "0 characters"), ("G" * 300, "60", "300 characters"),
+])
+def test_limits_set_refuses_what_the_settings_refuse(env, migrated, group, per, named):  # noqa: F811
+    """The bounds of CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS and the key limit of the buffer:
+    exit 2, one line naming the value and the allowed range, nothing stored."""
+    result = cli(env, "limits", "set", group, "--batches", "1", "--per", per)
+    assert result.exit_code == 2, result.output
+    error = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    assert len(error) == 1 and named in error[0] and "Traceback" not in result.output
+    assert ("0.001 <= x <= 2678400" if group == "WH-1" else "1 to 191 characters") in error[0]
+    assert cli_json(env, "limits", "list")["overrides"] == []
 
 
 def test_throttled_group_in_flush_status_and_dry_run(flush_env, migrated):  # noqa: F811

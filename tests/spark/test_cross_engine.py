@@ -4,6 +4,7 @@ manual clock) and the Spark replay produce identical batches from one event hist
 from __future__ import annotations
 
 import json
+import os
 import random
 from datetime import UTC, datetime
 
@@ -20,6 +21,7 @@ from consolidator.sinks import sink_from_url
 pytestmark = pytest.mark.spark
 
 POLICY = Policy(debounce_ms=60_000, hard_window_ms=300_000, max_batch_size=4, tick_interval_ms=30_000)
+DEFAULT_NAMES = FieldNames()
 START = int(datetime(2026, 11, 30, 23, 40, tzinfo=UTC).timestamp() * 1000)  # crosses into December
 
 
@@ -55,12 +57,13 @@ def history(seed: int = 7) -> list[KafkaRecord]:
     return records
 
 
-def serverless(records: list[KafkaRecord], store, tmp_path, policy: Policy = POLICY) -> tuple[list[dict], list[dict]]:
+def serverless(records: list[KafkaRecord], store, tmp_path, policy: Policy = POLICY,
+               names: FieldNames = DEFAULT_NAMES, max_event_bytes: int = 262_144) -> tuple[list[dict], list[dict]]:
     """Each record ingested with the clock at its timestamp; a flush tick at every multiple of
     tick_interval, after every record with timestamp <= tick; ticks go on until nothing is pending."""
     clock = ManualClock(0)
     dead_letter = FileDeadLetter(tmp_path / "serverless-dead.jsonl")
-    ingest = IngestService(store, dead_letter, FieldNames(), 262_144, clock)
+    ingest = IngestService(store, dead_letter, names, max_event_bytes, clock)
     sink = sink_from_url(f"file://{tmp_path / 'serverless-batches.jsonl'}")
     flush = FlushService(store=store, sink=sink, dead_letter=dead_letter, policy=policy, clock=clock,
                          max_attempts=3, max_rows_per_tick=1_000_000)
@@ -136,3 +139,60 @@ def test_identical_batches_and_expiries_with_throttling_and_ttl(spark, store, tm
     assert spark_expired and sorted(spark_expired, key=json.dumps) == sorted(lambda_expired, key=json.dumps)
     batched = {(p["partition"], p["offset"]) for m in spark_batches.values() for p in m["members"]}
     assert not batched & {(e["source"]["partition"], e["source"]["offset"]) for e in spark_expired}
+
+
+RENAMES = {"location_id": "site", "order_id": "ref", "items": "lines", "sku": "product", "quantity": "count"}
+RENAMED_ENVIRONMENT = {
+    "CONSOLIDATOR_GROUP_KEY_FIELD": "site", "CONSOLIDATOR_ITEM_ID_FIELD": "ref", "CONSOLIDATOR_ITEMS_FIELD": "lines",
+    "CONSOLIDATOR_SKU_FIELD": "product", "CONSOLIDATOR_QUANTITY_FIELD": "count",
+    "CONSOLIDATOR_DEBOUNCE_SECONDS": "60", "CONSOLIDATOR_HARD_WINDOW_SECONDS": "300",
+    "CONSOLIDATOR_MAX_BATCH_SIZE": "4", "CONSOLIDATOR_TICK_INTERVAL_SECONDS": "30",
+    "CONSOLIDATOR_RATE_LIMIT_BATCHES": "1", "CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS": "120",
+    "CONSOLIDATOR_EVENT_TTL_SECONDS": "0",
+}
+
+
+def _renamed(value: object) -> object:
+    if isinstance(value, dict):
+        return {RENAMES.get(k, k): _renamed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v) for v in value]
+    return value
+
+
+def test_renamed_fields_and_environment_policy_give_identical_batches_on_both_engines(
+        spark, store, database_url, tmp_path, monkeypatch):
+    """Every field renamed and the policy given only by the environment: the ingest/flush path
+    (settings read as the Lambda handlers read them) and ``consolidator spark replay`` (the
+    command, options unset) decode the same events and publish the same batches."""
+    from typer.testing import CliRunner
+
+    from consolidator.settings import IngestSettings, PolicySettings, load_settings
+    from consolidator.spark.cli import spark_app
+
+    for name in [n for n in os.environ if n.startswith("CONSOLIDATOR_")]:
+        monkeypatch.delenv(name)
+    for name, value in {**RENAMED_ENVIRONMENT, "CONSOLIDATOR_DATABASE_URL": database_url,
+                        "CONSOLIDATOR_DEAD_LETTER_URL": f"file://{tmp_path / 'dead.jsonl'}"}.items():
+        monkeypatch.setenv(name, value)
+    records = [KafkaRecord(r.topic, r.partition, r.offset, r.timestamp_ms, r.key,
+                           json.dumps(_renamed(json.loads(r.value))).encode())
+               for r in history(seed=5) if r.value != b"\xff\xfe"]
+    ingest_settings, policy_settings = load_settings(IngestSettings), load_settings(PolicySettings)
+    lambda_batches, _ = serverless(records, store, tmp_path, policy_settings.policy(),
+                                   ingest_settings.field_names(), ingest_settings.max_event_bytes)
+
+    source = tmp_path / "records.jsonl"
+    source.write_text("".join(json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
+                                          "timestamp": r.timestamp_ms, "key": r.key.decode(),
+                                          "value": r.value.decode()}) + "\n" for r in records))
+    result = CliRunner().invoke(spark_app, ["replay", "--input", str(source), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "d60s-h300s-n4-t30s-r1per120s:" in result.output
+    spark_batches = [json.loads(line) for path in sorted((tmp_path / "out" / "batches").rglob("part-*"))
+                     for line in path.read_text().splitlines()]
+
+    assert lambda_batches and len(lambda_batches) == len({m["batch_id"] for m in lambda_batches})
+    assert {m["batch_id"]: m for m in spark_batches} == {m["batch_id"]: m for m in lambda_batches}
+    assert {b["flush_reason"] for b in spark_batches} >= {"idle", "full"}
+    assert sum(len(m["members"]) for m in spark_batches) > len(records) // 2  # the renamed events were batched

@@ -39,14 +39,14 @@ def test_emr_submit_prints_a_streaming_start_job_run():
 def test_emr_submit_takes_another_archive_name():
     result = runner.invoke(spark_app, [
         "emr-submit", "--application-id", "00abc", "--execution-role-arn", "arn:aws:iam::1:role/job",
-        "--bucket", "b", "--archive", "env-x86.tar.gz", "--", "--topic", "orders"])
+        "--bucket", "my-bucket", "--archive", "env-x86.tar.gz", "--", "--topic", "orders"])
     assert result.exit_code == 0, result.output
-    assert "spark.archives=s3://b/code/env-x86.tar.gz#environment" in result.stdout
+    assert "spark.archives=s3://my-bucket/code/env-x86.tar.gz#environment" in result.stdout
 
 
 def test_replay_rejects_a_bad_grid():
-    result = runner.invoke(spark_app, ["replay", "--out", "x", "--input", "y", "--debounce-ms", "1s"])
-    assert result.exit_code != 0 and "comma-separated integers" in result.output
+    result = runner.invoke(spark_app, ["replay", "--out", "x", "--input", "y", "--debounce-seconds", "1s"])
+    assert result.exit_code != 0 and "comma-separated seconds" in result.output
 
 
 @pytest.mark.spark
@@ -58,7 +58,7 @@ def test_replay_command_writes_batches_and_report(spark, tmp_path):
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = tmp_path / "out"
     result = runner.invoke(spark_app, ["replay", "--input", str(source), "--out", str(out),
-                                       "--debounce-ms", "60000,120000", "--max-batch-size", "2,500",
+                                       "--debounce-seconds", "60,120", "--max-batch-size", "2,500",
                                        "--event-ttl-seconds", "0", "--max-p95-seconds", "1000"])
     assert result.exit_code == 0, result.output
     assert "d60s-h1800s-n2-t30s: 6 in, 4 batches" in result.output  # 2 full + 2 idle
@@ -88,7 +88,7 @@ def test_replay_grid_of_rate_limits_and_ttls(spark, tmp_path):
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = tmp_path / "out"
     result = runner.invoke(spark_app, ["replay", "--input", str(source), "--out", str(out),
-                                       "--debounce-ms", "60000", "--max-batch-size", "2",
+                                       "--debounce-seconds", "60", "--max-batch-size", "2",
                                        "--rate-limit", "none,1/60", "--event-ttl-seconds", "0,90"])
     assert result.exit_code == 0, result.output
     report = {r["policy"]: r for r in json.loads((out / "report" / "report.json").read_text())["policies"]}

@@ -21,6 +21,7 @@ from consolidator.cli.base import (
     store_for,
     wall_clock_ms,
 )
+from consolidator.events import MAX_KEY_CHARS
 from consolidator.policy import MAX_RATE_BATCHES, RateLimit
 
 limits_app = typer.Typer(help="Per-group rate limit overrides (at most N batches per period).",
@@ -31,13 +32,33 @@ def _row(group_key: str, limit: RateLimit) -> dict:
     return {"group_key": group_key, "batches": limit.batches, "period_s": limit.period_ms / 1000}
 
 
+def _group_key(value: str) -> str:
+    """A group key as the buffer stores it: 1 to MAX_KEY_CHARS characters."""
+    if not 1 <= len(value) <= MAX_KEY_CHARS:
+        raise typer.BadParameter(f"a group key of {len(value)} characters is out of range:"
+                                 f" allowed 1 to {MAX_KEY_CHARS} characters")
+    return value
+
+
+def _period(value: float) -> float:
+    """The same bounds as CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS (finite, 1 ms to 31 days)."""
+    from consolidator.settings import check_setting
+
+    try:
+        return check_setting("rate_limit_period_seconds", value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 @limits_app.command("set")
 @guarded
 def set_limit(
-    group_key: Annotated[str, typer.Argument(help="The group key, exactly as in the events.")],
+    group_key: Annotated[str, typer.Argument(help=f"The group key, exactly as in the events (1 to {MAX_KEY_CHARS}"
+                                                  " characters).", callback=_group_key)],
     batches: Annotated[int, typer.Option("--batches", min=1, max=MAX_RATE_BATCHES,
                                          help="At most this many batches ...")],
-    per: Annotated[float, typer.Option("--per", min=0.001, help="... in any window of this many seconds.")],
+    per: Annotated[float, typer.Option("--per", callback=_period, help="... in any window of this many seconds "
+                                       "(the bounds of CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS).")],
     as_json: JsonOption = False,
 ) -> None:
     """Limit one group to BATCHES batches per PER seconds (replaces its previous override)."""

@@ -1,54 +1,86 @@
 """``consolidator spark ...``: run the streaming aggregator or a replay, or start the streaming
 job on EMR Serverless. Also the entry point of ``spark-submit`` (``python -m consolidator.spark``).
 
-Policy settings of ``stream`` (and the replay's tick) default to the Lambda path's environment
-variables (``CONSOLIDATOR_DEBOUNCE_SECONDS`` and friends, in seconds), so both engines run the
-same policy unless told otherwise; so do the rate limit (``CONSOLIDATOR_RATE_LIMIT_BATCHES`` per
-``CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS``) and the TTL (``CONSOLIDATOR_EVENT_TTL_SECONDS``).
-The replay's policy grid is given in milliseconds (``--rate-limit`` as ``N/SECONDS``, TTL in seconds).
-Per-group overrides live in the MySQL path's database; the Spark jobs apply the default limit.
+Every setting option is an override of the settings model (``consolidator.settings``:
+``StreamSettings``, ``ReplaySettings``, ``EmrSettings``): same name as the variable without its
+``CONSOLIDATOR_`` prefix, same unit (seconds), same bounds and cross-setting rules, and an unset
+option falls back to the variable, then to the model's default. So both engines run the same
+policy and read the same field names unless told otherwise; a bad value is one usage error (exit
+2) naming the option or variable. The replay's policy grid takes comma-separated candidates in
+the same units (``--debounce-seconds 60,300``; ``--rate-limit`` as ``N/SECONDS``), each checked
+as an override of the model. Per-group limit overrides live in the MySQL path's database; the
+Spark jobs apply the default limit.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import logging
+import math
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
-from consolidator.events import FieldNames
-from consolidator.policy import Policy, RateLimit
 from consolidator.spark.shards import DEFAULT_SHARDS
 
 spark_app = typer.Typer(help="Spark jobs: streaming aggregator, policy replay, EMR Serverless.",
                         no_args_is_help=True, add_completion=False)
 
-_DEFAULT = Policy()
-DebounceOpt = Annotated[float, typer.Option("--debounce-seconds", envvar="CONSOLIDATOR_DEBOUNCE_SECONDS")]
-HardOpt = Annotated[float, typer.Option("--hard-window-seconds", envvar="CONSOLIDATOR_HARD_WINDOW_SECONDS")]
-SizeOpt = Annotated[int, typer.Option("--max-batch-size", envvar="CONSOLIDATOR_MAX_BATCH_SIZE")]
-TickOpt = Annotated[float, typer.Option("--tick-interval-seconds", envvar="CONSOLIDATOR_TICK_INTERVAL_SECONDS",
-                                        help="Replay tick grid (the flush function's tick).")]
+_SETTING = "Default: $CONSOLIDATOR_{}, else the settings' default."
+DebounceOpt = Annotated[float | None, typer.Option("--debounce-seconds", help=_SETTING.format("DEBOUNCE_SECONDS"))]
+HardOpt = Annotated[float | None, typer.Option("--hard-window-seconds",
+                                               help=_SETTING.format("HARD_WINDOW_SECONDS"))]
+SizeOpt = Annotated[int | None, typer.Option("--max-batch-size", help=_SETTING.format("MAX_BATCH_SIZE"))]
+TickOpt = Annotated[float | None, typer.Option(
+    "--tick-interval-seconds", help="Replay tick grid (the flush function's tick). "
+                                    + _SETTING.format("TICK_INTERVAL_SECONDS"))]
 MasterOpt = Annotated[str | None, typer.Option(
     "--master", help="e.g. local[2]; leave unset under spark-submit / EMR.")]
 SourceOpt = Annotated[str, typer.Option(
     "--source", help="Kafka reader: auto (Spark's kafka connector if present), spark or python.")]
-GroupField = Annotated[str, typer.Option("--group-key-field", envvar="CONSOLIDATOR_GROUP_KEY_FIELD")]
-ItemField = Annotated[str, typer.Option("--item-id-field", envvar="CONSOLIDATOR_ITEM_ID_FIELD")]
-ItemsField = Annotated[str, typer.Option("--items-field", envvar="CONSOLIDATOR_ITEMS_FIELD")]
-MaxBytes = Annotated[int, typer.Option("--max-event-bytes", envvar="CONSOLIDATOR_MAX_EVENT_BYTES")]
-RateBatchesOpt = Annotated[int, typer.Option(
-    "--rate-limit-batches", envvar="CONSOLIDATOR_RATE_LIMIT_BATCHES", help="Batches per group per period; 0: none.")]
-RatePeriodOpt = Annotated[float, typer.Option("--rate-limit-period-seconds",
-                                              envvar="CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS")]
-TtlOpt = Annotated[float, typer.Option("--event-ttl-seconds", envvar="CONSOLIDATOR_EVENT_TTL_SECONDS",
-                                       help="Event time-to-live; 0: off.")]
+GroupField = Annotated[str | None, typer.Option("--group-key-field", help=_SETTING.format("GROUP_KEY_FIELD"))]
+ItemField = Annotated[str | None, typer.Option("--item-id-field", help=_SETTING.format("ITEM_ID_FIELD"))]
+ItemsField = Annotated[str | None, typer.Option("--items-field", help=_SETTING.format("ITEMS_FIELD"))]
+SkuField = Annotated[str | None, typer.Option("--sku-field", help=_SETTING.format("SKU_FIELD"))]
+QuantityField = Annotated[str | None, typer.Option("--quantity-field", help=_SETTING.format("QUANTITY_FIELD"))]
+MaxBytes = Annotated[int | None, typer.Option("--max-event-bytes", help=_SETTING.format("MAX_EVENT_BYTES"))]
+RateBatchesOpt = Annotated[int | None, typer.Option(
+    "--rate-limit-batches", help="Batches per group per period; 0: none. " + _SETTING.format("RATE_LIMIT_BATCHES"))]
+RatePeriodOpt = Annotated[float | None, typer.Option(
+    "--rate-limit-period-seconds", help=_SETTING.format("RATE_LIMIT_PERIOD_SECONDS"))]
+TtlOpt = Annotated[float | None, typer.Option(
+    "--event-ttl-seconds", help="Event time-to-live; 0: off. " + _SETTING.format("EVENT_TTL_SECONDS"))]
 KafkaOpts = Annotated[list[str] | None, typer.Option(
     "--kafka-option", help="key=value passed to the Kafka reader (e.g. kafka.security.protocol=SSL).")]
+
+
+def _settings(model, params: dict, rename: dict[str, str] | None = None):
+    """``model`` with the command's options (``params``: parameter -> value, None: not given) as
+    overrides of the environment; a bad value is a usage error naming the option."""
+    from consolidator.errors import ConfigurationError
+    from consolidator.settings import load_settings
+
+    overrides, options = {}, {}
+    for param, value in params.items():
+        field = (rename or {}).get(param, param)
+        if field in model.model_fields:
+            overrides[field] = value
+            options[field] = "--" + param.replace("_", "-")
+    try:
+        return load_settings(model, overrides=overrides, options=options)
+    except ConfigurationError as exc:
+        _usage_error(exc)
+
+
+def _usage_error(error: Exception) -> NoReturn:
+    """One line on stderr and exit 2, as the rest of the CLI does for a configuration error."""
+    typer.echo(f"configuration error: {error}", err=True)
+    raise typer.Exit(2)
 
 
 def _pairs(values: list[str] | None) -> tuple[tuple[str, str], ...]:
@@ -59,22 +91,6 @@ def _pairs(values: list[str] | None) -> tuple[tuple[str, str], ...]:
             raise typer.BadParameter(f"expected key=value, got {value!r}", param_hint="--kafka-option")
         pairs.append((key, rest))
     return tuple(pairs)
-
-
-def _url(url: str, schemes: tuple[str, ...], option: str) -> str:
-    """Checked before Spark starts: a wrong URL fails in a second, not after the JVM is up."""
-    scheme = url.partition("://")[0] if "://" in url else ""
-    if scheme not in schemes:
-        raise typer.BadParameter(f"must start with {' or '.join(s + '://' for s in schemes)}, got {url!r}",
-                                 param_hint=option)
-    return url
-
-
-def _policy(*args: int, **kwargs) -> Policy:
-    try:
-        return Policy(*args, **kwargs)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="the policy options") from None
 
 
 def _batch_cap(sink_url: str, configured: int | None) -> int:
@@ -95,114 +111,150 @@ def _batch_cap(sink_url: str, configured: int | None) -> int:
     return configured or limit
 
 
-def _rate(batches: int, period_seconds: float) -> RateLimit | None:
-    return RateLimit(batches, round(period_seconds * 1000)) if batches else None
-
-
-def _rates(values: str, option: str) -> list[RateLimit | None]:
-    """Comma-separated ``N/SECONDS`` candidates, ``none`` for no limit: ``none,2/60,10/3600``."""
-    parsed: list[RateLimit | None] = []
+def _candidates(values: str | None, option: str, parse, kind: str) -> list:
+    """Comma-separated candidates of one grid option; ``[None]`` when it is not given (the
+    setting's variable or default then applies)."""
+    if values is None:
+        return [None]
+    parsed = []
     for value in (v.strip() for v in values.split(",") if v.strip()):
-        if value.lower() in ("none", "0"):
-            parsed.append(None)
-            continue
-        batches, _, seconds = value.partition("/")
         try:
-            parsed.append(RateLimit(int(batches), round(float(seconds) * 1000)))
-        except ValueError as error:
-            raise typer.BadParameter(f"expected N/SECONDS or none, got {value!r} ({error})", param_hint=option) from None
+            parsed.append(parse(value))
+        except ValueError:
+            raise typer.BadParameter(f"comma-separated {kind} expected, got {value!r}", param_hint=option) from None
     if not parsed:
         raise typer.BadParameter("at least one value", param_hint=option)
     return parsed
 
 
-def _floats(values: str, option: str) -> list[float]:
-    try:
-        parsed = [float(v) for v in values.split(",") if v.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"comma-separated numbers expected, got {values!r}", param_hint=option) from None
-    if not parsed or min(parsed) < 0:
-        raise typer.BadParameter("at least one value, none negative", param_hint=option)
-    return parsed
+def _rate(value: str) -> tuple[int, float | None]:
+    """``N/SECONDS``, or ``none`` (also ``0``) for no limit."""
+    if value.lower() in ("none", "0"):
+        return 0, None
+    batches, sep, seconds = value.partition("/")
+    if not sep:
+        raise ValueError(value)
+    return int(batches), float(seconds)
 
 
-def _ints(values: str, option: str) -> list[int]:
-    try:
-        parsed = [int(v) for v in values.split(",") if v.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"comma-separated integers expected, got {values!r}", param_hint=option) from None
-    if not parsed:
-        raise typer.BadParameter("at least one value", param_hint=option)
-    return parsed
+def _finite_positive(value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and 0 < value <= 10 * 365 * 86_400):
+        raise typer.BadParameter(f"must be a number of seconds in (0, {10 * 365 * 86_400}], got {value}")
+    return value
 
 
 @spark_app.command()
 def stream(
-    bootstrap_servers: Annotated[str, typer.Option("--bootstrap-servers", envvar="CONSOLIDATOR_KAFKA_BOOTSTRAP")],
-    topic: Annotated[str, typer.Option("--topic", envvar="CONSOLIDATOR_SOURCE_TOPIC")],
-    sink_url: Annotated[str, typer.Option("--sink-url", envvar="CONSOLIDATOR_SINK_URL")],
-    dead_letter_url: Annotated[str, typer.Option("--dead-letter-url", envvar="CONSOLIDATOR_DEAD_LETTER_URL")],
     checkpoint: Annotated[str, typer.Option("--checkpoint", help="Checkpoint directory (s3://... on EMR).")],
-    debounce_seconds: DebounceOpt = _DEFAULT.debounce_ms / 1000,
-    hard_window_seconds: HardOpt = _DEFAULT.hard_window_ms / 1000,
-    max_batch_size: SizeOpt = _DEFAULT.max_batch_size,
-    trigger_ms: Annotated[int, typer.Option("--trigger-ms")] = 5_000,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        "--bootstrap-servers", help=_SETTING.format("KAFKA_BOOTSTRAP"))] = None,
+    topic: Annotated[str | None, typer.Option("--topic", help=_SETTING.format("SOURCE_TOPIC"))] = None,
+    sink_url: Annotated[str | None, typer.Option("--sink-url", help=_SETTING.format("SINK_URL"))] = None,
+    dead_letter_url: Annotated[str | None, typer.Option(
+        "--dead-letter-url", help=_SETTING.format("DEAD_LETTER_URL"))] = None,
+    debounce_seconds: DebounceOpt = None,
+    hard_window_seconds: HardOpt = None,
+    max_batch_size: SizeOpt = None,
+    trigger_ms: Annotated[int, typer.Option("--trigger-ms", min=1, max=86_400_000)] = 5_000,
     starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
-    max_offsets_per_trigger: Annotated[int | None, typer.Option("--max-offsets-per-trigger")] = None,
+    max_offsets_per_trigger: Annotated[int | None, typer.Option(
+        "--max-offsets-per-trigger", min=1, max=10**12)] = None,
     source: SourceOpt = "auto",
     kafka_option: KafkaOpts = None,
-    group_key_field: GroupField = "location_id",
-    item_id_field: ItemField = "order_id",
-    items_field: ItemsField = "items",
-    max_event_bytes: MaxBytes = 262_144,
+    group_key_field: GroupField = None,
+    item_id_field: ItemField = None,
+    items_field: ItemsField = None,
+    sku_field: SkuField = None,
+    quantity_field: QuantityField = None,
+    max_event_bytes: MaxBytes = None,
     master: MasterOpt = None,
     max_batch_bytes: Annotated[int | None, typer.Option(
-        "--max-batch-bytes", envvar="CONSOLIDATOR_MAX_BATCH_BYTES", min=1,
-        help="Cap on one batch message (default: the sink's per-message limit).")] = None,
-    rate_limit_batches: RateBatchesOpt = 0,
-    rate_limit_period_seconds: RatePeriodOpt = 60.0,
-    event_ttl_seconds: TtlOpt = 21_600.0,
+        "--max-batch-bytes", help="Cap on one batch message (default: the sink's per-message limit). "
+                                  + _SETTING.format("MAX_BATCH_BYTES"))] = None,
+    rate_limit_batches: RateBatchesOpt = None,
+    rate_limit_period_seconds: RatePeriodOpt = None,
+    event_ttl_seconds: TtlOpt = None,
     completion_database_url: Annotated[str | None, typer.Option(
-        "--completion-database-url", envvar="CONSOLIDATOR_COMPLETION_DATABASE_URL",
+        "--completion-database-url",
         help="Completion tracking: seal every batch in this database (mysql://...) before it is "
-             "published, so the acks function tracks Spark-built batches too.")] = None,
+             "published, so the acks function tracks Spark-built batches too. "
+             + _SETTING.format("COMPLETION_DATABASE_URL"))] = None,
     state_shards: Annotated[int, typer.Option(
-        "--state-shards", min=1, help="State keys (shards of the group keys; at least the stateful stage's partitions); "
-                                   "fixed for a checkpoint.")] = DEFAULT_SHARDS,
+        "--state-shards", min=1, max=1_000_000,
+        help="State keys (shards of the group keys; at least the stateful stage's partitions); "
+             "fixed for a checkpoint.")] = DEFAULT_SHARDS,
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
+    from consolidator.settings import StreamSettings
+
+    s = _settings(StreamSettings, locals(), rename={"bootstrap_servers": "kafka_bootstrap", "topic": "source_topic"})
     from consolidator.spark.session import build_session, log_progress
     from consolidator.spark.streaming import BatchWriter, StreamConfig, start
 
-    _url(sink_url, ("kafka", "sqs", "events", "file"), "--sink-url")
-    _url(dead_letter_url, ("sqs", "file"), "--dead-letter-url")
-    if completion_database_url is not None:
-        _url(completion_database_url, ("mysql",), "--completion-database-url")
-    max_batch_bytes = _batch_cap(sink_url, max_batch_bytes)
+    cap = _batch_cap(s.sink_url, s.max_batch_bytes)
     config = StreamConfig(
-        bootstrap_servers=bootstrap_servers, topic=topic, sink_url=sink_url, dead_letter_url=dead_letter_url,
-        checkpoint=checkpoint,
-        policy=_policy(round(debounce_seconds * 1000), round(hard_window_seconds * 1000), max_batch_size,
-                       _DEFAULT.tick_interval_ms, max_batch_bytes,
-                       rate_limit=_rate(rate_limit_batches, rate_limit_period_seconds),
-                       ttl_ms=round(event_ttl_seconds * 1000)),
-        names=FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field),
-        max_event_bytes=max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
+        bootstrap_servers=s.kafka_bootstrap, topic=s.source_topic, sink_url=s.sink_url,
+        dead_letter_url=s.dead_letter_url, checkpoint=checkpoint,
+        policy=dataclasses.replace(s.policy(), max_batch_bytes=cap), names=s.field_names(),
+        max_event_bytes=s.max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
-        tracking_database_url=completion_database_url, state_shards=state_shards,
+        tracking_database_url=s.completion_database_url, state_shards=state_shards,
     )
     spark = build_session("consolidator-stream", master=master)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     log_progress(spark)  # one line per micro-batch on stderr
-    writer = BatchWriter(sink_url, dead_letter_url, tracking_database_url=completion_database_url)
+    writer = BatchWriter(s.sink_url, s.dead_letter_url, tracking_database_url=s.completion_database_url)
     query = start(spark, config, writer=writer)
-    typer.echo(f"streaming {topic} -> {sink_url} (checkpoint {checkpoint}); Ctrl-C to stop", err=True)
+    typer.echo(f"streaming {s.source_topic} -> {s.sink_url} (checkpoint {checkpoint}); Ctrl-C to stop", err=True)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
         query.stop()
     finally:
         writer.close()
+
+
+def replay_grid(params: dict) -> tuple[list, object]:
+    """The replay's policies: every combination of the grid options' candidates, each checked as
+    overrides of :class:`~consolidator.settings.ReplaySettings` (so with the settings' bounds and
+    errors); combinations whose hard window is shorter than their debounce are left out (said on
+    stderr). Returns the named policies and the settings of the first one (field names)."""
+    from consolidator.errors import ConfigurationError
+    from consolidator.settings import WINDOWS_RULE, ReplaySettings, load_settings
+    from consolidator.spark.replay import NamedPolicy, policy_name
+
+    grid = {
+        "debounce_seconds": _candidates(params["debounce_seconds"], "--debounce-seconds", float, "seconds"),
+        "hard_window_seconds": _candidates(params["hard_window_seconds"], "--hard-window-seconds", float, "seconds"),
+        "max_batch_size": _candidates(params["max_batch_size"], "--max-batch-size", int, "integers"),
+        "rate": _candidates(params["rate_limit"], "--rate-limit", _rate, "N/SECONDS or none"),
+        "event_ttl_seconds": _candidates(params["event_ttl_seconds"], "--event-ttl-seconds", float, "seconds"),
+    }
+    options = {name: "--" + name.replace("_", "-") for name in ReplaySettings.model_fields}
+    policies, first, left_out = {}, None, 0
+    for values in itertools.product(*grid.values()):
+        combo = dict(zip(grid, values, strict=True))
+        batches, period = combo.pop("rate") or (params["rate_limit_batches"], params["rate_limit_period_seconds"])
+        if params["rate_limit"] is not None:
+            options.update(rate_limit_batches="--rate-limit", rate_limit_period_seconds="--rate-limit")
+        overrides = {**{k: v for k, v in params.items() if k in ReplaySettings.model_fields}, **combo,
+                     "rate_limit_batches": batches, "rate_limit_period_seconds": period}
+        try:
+            s = load_settings(ReplaySettings, overrides=overrides, options=options)
+        except ConfigurationError as exc:
+            if str(exc).endswith(WINDOWS_RULE) and str(exc).count(WINDOWS_RULE) == 1 and "; " not in str(exc):
+                left_out += 1
+                continue
+            _usage_error(exc)
+        first = first or s
+        policy = s.policy()
+        policies.setdefault(policy_name(policy), NamedPolicy(policy_name(policy), policy))
+    if not policies:
+        _usage_error(f"the policy grid is empty: every combination has a hard window shorter "
+                     f"than its debounce ({WINDOWS_RULE})")
+    if left_out:
+        typer.echo(f"left out {left_out} combination(s) whose hard window is shorter than the debounce", err=True)
+    return list(policies.values()), first
 
 
 @spark_app.command()
@@ -214,34 +266,48 @@ def replay(
     topic: Annotated[str | None, typer.Option("--topic")] = None,
     starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
     ending_offsets: Annotated[str, typer.Option("--ending-offsets")] = "latest",
-    debounce_ms: Annotated[str, typer.Option("--debounce-ms", help="Comma-separated candidates.")] = str(
-        _DEFAULT.debounce_ms),
-    hard_window_ms: Annotated[str, typer.Option("--hard-window-ms", help="Comma-separated candidates.")] = str(
-        _DEFAULT.hard_window_ms),
-    max_batch_size: Annotated[str, typer.Option("--max-batch-size", help="Comma-separated candidates.")] = str(
-        _DEFAULT.max_batch_size),
-    tick_interval_seconds: TickOpt = _DEFAULT.tick_interval_ms / 1000,
+    debounce_seconds: Annotated[str | None, typer.Option(
+        "--debounce-seconds", help="Comma-separated candidates. " + _SETTING.format("DEBOUNCE_SECONDS"))] = None,
+    hard_window_seconds: Annotated[str | None, typer.Option(
+        "--hard-window-seconds", help="Comma-separated candidates. "
+                                      + _SETTING.format("HARD_WINDOW_SECONDS"))] = None,
+    max_batch_size: Annotated[str | None, typer.Option(
+        "--max-batch-size", help="Comma-separated candidates. " + _SETTING.format("MAX_BATCH_SIZE"))] = None,
+    tick_interval_seconds: TickOpt = None,
     source: SourceOpt = "auto",
     kafka_option: KafkaOpts = None,
-    group_key_field: GroupField = "location_id",
-    item_id_field: ItemField = "order_id",
-    items_field: ItemsField = "items",
-    max_event_bytes: MaxBytes = 262_144,
+    group_key_field: GroupField = None,
+    item_id_field: ItemField = None,
+    items_field: ItemsField = None,
+    sku_field: SkuField = None,
+    quantity_field: QuantityField = None,
+    max_event_bytes: MaxBytes = None,
     max_p95_seconds: Annotated[float | None, typer.Option(
-        "--max-p95-seconds", help="Recommend the policy with the best compaction within this p95 latency.")] = None,
+        "--max-p95-seconds", callback=_finite_positive,
+        help="Recommend the policy with the best compaction within this p95 latency.")] = None,
     master: MasterOpt = None,
     rate_limit: Annotated[str | None, typer.Option(
-        "--rate-limit", help="Comma-separated candidates N/SECONDS or none (default: the environment's "
-                             "CONSOLIDATOR_RATE_LIMIT_BATCHES per CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS).")] = None,
-    rate_limit_batches: RateBatchesOpt = 0,
-    rate_limit_period_seconds: RatePeriodOpt = 60.0,
-    ttl_seconds: Annotated[str, typer.Option(
-        "--event-ttl-seconds", envvar="CONSOLIDATOR_EVENT_TTL_SECONDS",
-        help="Comma-separated TTL candidates in seconds; 0: off.")] = "21600",
+        "--rate-limit", help="Comma-separated candidates N/SECONDS or none (default: --rate-limit-batches "
+                             "per --rate-limit-period-seconds).")] = None,
+    rate_limit_batches: RateBatchesOpt = None,
+    rate_limit_period_seconds: RatePeriodOpt = None,
+    event_ttl_seconds: Annotated[str | None, typer.Option(
+        "--event-ttl-seconds", help="Comma-separated TTL candidates in seconds; 0: off. "
+                                    + _SETTING.format("EVENT_TTL_SECONDS"))] = None,
 ) -> None:
     """Replay history under a grid of policies; writes batches and a Markdown/HTML report with a chart."""
-    from consolidator.spark.replay import policy_grid, write_outputs
+    policies, settings = replay_grid(locals())
+    # every input checked before Spark starts
+    if input_format not in ("json", "parquet", "kafka"):
+        raise typer.BadParameter(f"json, parquet or kafka, got {input_format!r}", param_hint="--format")
+    if input_format == "kafka" and not (bootstrap_servers and topic):
+        raise typer.BadParameter("--format kafka needs --bootstrap-servers and --topic")
+    if input_format != "kafka" and not input_path:
+        raise typer.BadParameter("--input is required unless --format kafka")
+    if input_format != "kafka" and "://" not in input_path and not Path(input_path).exists():
+        raise typer.BadParameter(f"{input_path} does not exist", param_hint="--input")
     from consolidator.spark.replay import replay as run_replay
+    from consolidator.spark.replay import write_outputs
     from consolidator.spark.report import (
         compute_figures,
         describe_input,
@@ -252,34 +318,14 @@ def replay(
     from consolidator.spark.source import kafka_reader
     from consolidator.spark.transforms import read_record_files, records
 
-    try:
-        policies = policy_grid(_ints(debounce_ms, "--debounce-ms"), _ints(hard_window_ms, "--hard-window-ms"),
-                               _ints(max_batch_size, "--max-batch-size"), round(tick_interval_seconds * 1000),
-                               _rates(rate_limit, "--rate-limit") if rate_limit is not None
-                               else [_rate(rate_limit_batches, rate_limit_period_seconds)],
-                               [round(float(t) * 1000) for t in _floats(ttl_seconds, "--event-ttl-seconds")])
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="the policy grid") from None
-    # every input checked before Spark starts
-    if input_format not in ("json", "parquet", "kafka"):
-        raise typer.BadParameter(f"json, parquet or kafka, got {input_format!r}", param_hint="--format")
-    if input_format == "kafka" and not (bootstrap_servers and topic):
-        raise typer.BadParameter("--format kafka needs --bootstrap-servers and --topic")
-    if input_format != "kafka" and not input_path:
-        raise typer.BadParameter("--input is required unless --format kafka")
-    if input_format != "kafka" and "://" not in input_path and not Path(input_path).exists():
-        raise typer.BadParameter(f"{input_path} does not exist", param_hint="--input")
     spark = build_session("consolidator-replay", master=master, progress=True)
     if input_format == "kafka":
         options = {"startingOffsets": starting_offsets, "endingOffsets": ending_offsets, **dict(_pairs(kafka_option))}
         frame = records(kafka_reader(spark, bootstrap_servers, topic, streaming=False, prefer=source,
                                      options=options).load())
-    elif input_path:
-        frame = read_record_files(spark, input_path, input_format)
     else:
-        raise typer.BadParameter("--input is required unless --format kafka")
-    names = FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field)
-    result = run_replay(frame, policies, names, max_event_bytes).persist()
+        frame = read_record_files(spark, input_path, input_format)
+    result = run_replay(frame, policies, settings.field_names(), settings.max_event_bytes).persist()
     try:
         write_outputs(result, str(out))
         figures = compute_figures(result, policies)
@@ -302,10 +348,13 @@ def replay(
 @spark_app.command("emr-submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def emr_submit(
     ctx: typer.Context,
-    application_id: Annotated[str, typer.Option("--application-id", envvar="CONSOLIDATOR_EMR_APPLICATION_ID")],
-    execution_role_arn: Annotated[str, typer.Option("--execution-role-arn", envvar="CONSOLIDATOR_EMR_JOB_ROLE_ARN")],
-    bucket: Annotated[str, typer.Option("--bucket", envvar="CONSOLIDATOR_EMR_BUCKET",
-                                        help="Bucket of the EMR construct (code/, checkpoints/, logs/).")],
+    application_id: Annotated[str | None, typer.Option(
+        "--application-id", help=_SETTING.format("EMR_APPLICATION_ID"))] = None,
+    execution_role_arn: Annotated[str | None, typer.Option(
+        "--execution-role-arn", help=_SETTING.format("EMR_JOB_ROLE_ARN"))] = None,
+    bucket: Annotated[str | None, typer.Option(
+        "--bucket", help="Bucket of the EMR construct (code/, checkpoints/, logs/). "
+                         + _SETTING.format("EMR_BUCKET"))] = None,
     name: Annotated[str, typer.Option("--name")] = "consolidator-stream",
     submit: Annotated[bool, typer.Option("--submit", help="Call StartJobRun instead of printing it.")] = False,
     region: Annotated[str | None, typer.Option("--region")] = None,
@@ -315,12 +364,17 @@ def emr_submit(
 ) -> None:
     """Print (or with --submit, call) StartJobRun for the streaming job. Arguments after ``--``
     go to ``stream`` (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...)."""
+    from consolidator.settings import EmrSettings
     from consolidator.spark.emr import start_job_run_request
 
+    s = _settings(EmrSettings, {"application_id": application_id, "execution_role_arn": execution_role_arn,
+                                "bucket": bucket},
+                  rename={"application_id": "emr_application_id", "execution_role_arn": "emr_job_role_arn",
+                          "bucket": "emr_bucket"})
     request = start_job_run_request(
-        application_id=application_id, execution_role_arn=execution_role_arn,
-        code_uri=f"s3://{bucket}/code", checkpoint_uri=f"s3://{bucket}/checkpoints/{name}",
-        stream_args=list(ctx.args), name=name, archive=archive, log_uri=f"s3://{bucket}/logs/",
+        application_id=s.emr_application_id, execution_role_arn=s.emr_job_role_arn,
+        code_uri=f"s3://{s.emr_bucket}/code", checkpoint_uri=f"s3://{s.emr_bucket}/checkpoints/{name}",
+        stream_args=list(ctx.args), name=name, archive=archive, log_uri=f"s3://{s.emr_bucket}/logs/",
     )
     if not submit:
         typer.echo(json.dumps(request, indent=2))

@@ -1,0 +1,72 @@
+"""What every settings model shares: the ``CONSOLIDATOR_`` prefix, the environment it is read
+from (``os.environ``, or a mapping given to :func:`consolidator.settings.load_settings`), and
+the number types that keep every duration finite and bounded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextvars import ContextVar
+from typing import Annotated
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic_settings.sources.utils import parse_env_vars
+
+ENV_PREFIX = "CONSOLIDATOR_"
+DAY_SECONDS = 86_400
+MIN_SECONDS = 0.001  # one millisecond: every duration is converted to whole milliseconds
+
+# Durations: finite, at least a millisecond (so they never round to 0 ms), and each field adds its
+# upper bound, so they convert to milliseconds without surprises.
+Seconds = Annotated[float, Field(ge=MIN_SECONDS, allow_inf_nan=False)]
+# Durations where 0 means "off".
+SecondsOrOff = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+# CONSOLIDATOR_* variables read by code other than the settings models. Each is named here so
+# that start-up does not take it for a misspelt setting (consolidator.settings.unknown_variables).
+OTHER_VARIABLES: dict[str, str] = {
+    f"{ENV_PREFIX}ENVIRONMENTS": "infra/app.py: which environments `cdk synth` builds (dev,prod)",
+    f"{ENV_PREFIX}EMR_CHECK": "tests/infra/test_emr_archive.py: 1 runs the slow local EMR archive check",
+}
+
+# The environment the models read; None: os.environ.
+ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("consolidator_settings_environ", default=None)
+
+
+class _Environment(EnvSettingsSource):
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        environ = ENVIRON.get()
+        if environ is None:
+            return super()._load_env_vars()
+        return parse_env_vars(environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
+class Root(BaseSettings):
+    """The base of every settings model: options given as keyword arguments (a CLI's overrides)
+    win over the environment; no dotenv or secrets-directory sources."""
+
+    # an empty variable counts as unset: "X is required" rather than "X: not a URL (got '')"
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore", env_ignore_empty=True)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        return init_settings, _Environment(settings_cls)
+
+
+def all_models() -> list[type[Root]]:
+    """Every settings model (every subclass of :class:`Root`, mixins included)."""
+    found: list[type[Root]] = []
+    pending = [Root]
+    while pending:
+        for sub in pending.pop().__subclasses__():
+            if sub not in found:
+                found.append(sub)
+                pending.append(sub)
+    return found
+
+
+def known_variables() -> set[str]:
+    """The names of every ``CONSOLIDATOR_*`` variable some model or :data:`OTHER_VARIABLES` knows."""
+    names = {ENV_PREFIX + name.upper() for model in all_models() for name in model.model_fields}
+    return names | set(OTHER_VARIABLES)

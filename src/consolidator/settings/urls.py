@@ -1,0 +1,150 @@
+"""URL settings: parsed by pydantic's network types, then checked against what the code that
+uses them needs (the store's and redis-py's own parsers, the sinks' URL forms); fields stay plain
+strings. :func:`mask` hides credentials in error messages."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import parse_qs, urlsplit
+
+from pydantic import (
+    AfterValidator,
+    AnyUrl,
+    MySQLDsn,
+    RedisDsn,
+    TypeAdapter,
+    UrlConstraints,
+    ValidationError,
+)
+from pydantic_core import MultiHostUrl
+
+SINK_SCHEMES = ("kafka", "sqs", "events", "file")
+DEAD_LETTER_SCHEMES = ("sqs", "file")
+
+_URLS = {
+    "mysql": TypeAdapter(MySQLDsn),
+    "redis": TypeAdapter(RedisDsn),
+    "kafka": TypeAdapter(Annotated[MultiHostUrl, UrlConstraints(allowed_schemes=["kafka"], host_required=True)]),
+    "any": TypeAdapter(AnyUrl),
+}
+_SQS_PATH = re.compile(r"/\d{12}/[A-Za-z0-9_-]{1,80}(\.fifo)?")
+_EVENT_BUS = re.compile(r"[A-Za-z0-9/._-]{1,256}")
+_SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d+:secret:[A-Za-z0-9/_+=.@-]+")
+
+
+def _parse(kind: str, url: str):
+    """``url`` parsed by pydantic's network type; its error message (never the input) otherwise."""
+    try:
+        return _URLS[kind].validate_python(url)
+    except ValidationError as exc:
+        raise ValueError(exc.errors()[0]["msg"]) from None
+
+
+def _query(url: str) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+
+
+def _scheme(url: str, allowed: tuple[str, ...]) -> str:
+    scheme = url.partition("://")[0] if "://" in url else ""
+    if scheme not in allowed:
+        raise ValueError(f"scheme must be one of {', '.join(s + '://' for s in allowed)}")
+    return scheme
+
+
+def _file_url(url: str) -> str:
+    parts = urlsplit(url)
+    if not parts.path or not ((parts.netloc or "") + parts.path).strip("/"):
+        raise ValueError("file:// URL needs a path, e.g. file:///var/lib/consolidator/out.jsonl")
+    return url
+
+
+def _sqs_url(url: str) -> str:
+    parsed = _parse("any", url)
+    if not (parsed.host or "").startswith("sqs.") or not _SQS_PATH.fullmatch(parsed.path or ""):
+        raise ValueError("must be sqs://sqs.<region>.amazonaws.com/<12-digit account>/<queue name>")
+    return url
+
+
+def check_database_url(url: str) -> str:
+    """``mysql://user:password@host:port/database?ssl=true&ssl_ca=/path/ca.pem``"""
+    _scheme(url, ("mysql",))
+    _parse("mysql", url)
+    from consolidator.store.connection import ConnectionParams
+
+    try:
+        params = ConnectionParams.from_url(url)  # the parser the store uses: same acceptance
+    except ValueError:
+        raise ValueError("not a mysql:// URL the store can read") from None
+    if not params.database.replace("_", "").replace("-", "").replace("$", "").isalnum():
+        raise ValueError("database name must be letters, digits, '_', '-' or '$'")
+    if params.ssl_ca is not None and not Path(params.ssl_ca).is_file():
+        raise ValueError(f"ssl_ca {params.ssl_ca!r} is not a readable file")
+    return url
+
+
+def check_redis_url(url: str) -> str:
+    """``redis://[:token@]host:6379/0`` or ``rediss://`` (TLS), as redis-py reads it."""
+    _scheme(url, ("redis", "rediss"))
+    _parse("redis", url)
+    db = urlsplit(url).path.strip("/")
+    if db and not (db.isdigit() and int(db) < 2**31):
+        raise ValueError(f"the path must be a database number, got {db!r:.40}")
+    from redis.connection import parse_url
+
+    try:
+        parse_url(url)  # the parser redis-py uses
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"redis-py cannot read it: {str(exc)[:80]}") from None
+    return url
+
+
+def check_sink_url(url: str) -> str:
+    """kafka://servers/topic[?auth=iam&region=..], sqs://, events://bus[?source=..], file://path"""
+    scheme = _scheme(url, SINK_SCHEMES)
+    if scheme == "kafka":
+        path = _parse("kafka", url).path or ""
+        if not re.fullmatch(r"/[A-Za-z0-9._-]{1,249}", path):
+            raise ValueError("kafka:// URL needs servers and one topic: kafka://host:9092,host2:9092/topic")
+        if _query(url).get("auth") not in (None, "iam"):
+            raise ValueError("kafka:// auth must be 'iam' when given")
+    elif scheme == "sqs":
+        _sqs_url(url)
+    elif scheme == "events":
+        bus = urlsplit(url).netloc
+        if not _EVENT_BUS.fullmatch(bus):
+            raise ValueError("events:// URL needs an event bus name (letters, digits, / . _ -)")
+    else:
+        _file_url(url)
+    return url
+
+
+def check_dead_letter_url(url: str) -> str:
+    return _sqs_url(url) if _scheme(url, DEAD_LETTER_SCHEMES) == "sqs" else _file_url(url)
+
+
+def _check_arn(arn: str) -> str:
+    if not _SECRET_ARN.fullmatch(arn):
+        raise ValueError("must be a Secrets Manager secret ARN: arn:aws:secretsmanager:<region>:<account>:secret:<name>")
+    return arn
+
+
+DatabaseUrl = Annotated[str, AfterValidator(check_database_url)]
+RedisUrl = Annotated[str, AfterValidator(check_redis_url)]
+SinkUrl = Annotated[str, AfterValidator(check_sink_url)]
+DeadLetterUrl = Annotated[str, AfterValidator(check_dead_letter_url)]
+SecretArn = Annotated[str, AfterValidator(_check_arn)]
+
+
+def mask(value: object) -> str:
+    """``value`` for an error message: URL credentials and secret query parameters masked,
+    at most 120 characters."""
+    text = value if isinstance(value, str) else repr(value)
+    at = text.rfind("@")  # user:password@ ends at the last "@", whatever the password holds
+    if at >= 0:
+        scheme_end = text.find("://")
+        start = scheme_end + 3 if 0 <= scheme_end < at else 0
+        text = text[:start] + "***" + text[at:]
+    text = re.sub(r"(?i)((?:password|passwd|pwd|token|secret|auth)=)[^&#]*", r"\1***", text)
+    return repr(text if len(text) <= 120 else text[:117] + "...")
