@@ -281,25 +281,3 @@ class Connection:
 def _code(exc: pymysql.err.MySQLError) -> int | None:
     return exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
 
-
-def recreate_database(params: ConnectionParams) -> None:
-    """Drop and create ``params.database`` (empty, utf8mb4_bin): for throwaway databases such
-    as the local demo's. Never point this at a database that holds anything you need."""
-    try:
-        connection = pymysql.connect(
-            host=params.host, port=params.port, user=params.user, password=params.password,
-            connect_timeout=5, autocommit=True,
-        )
-    except pymysql.err.MySQLError as exc:
-        raise StoreUnavailable(f"database unavailable: {exc}") from exc
-    name = params.database
-    if not name.replace("_", "").isalnum():
-        raise StoreError(f"not a plain database name: {name!r}")
-    try:
-        with connection.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    except pymysql.err.MySQLError as exc:
-        raise StoreError(f"could not recreate database {name!r}: {exc}") from exc
-    finally:
-        connection.close()
