@@ -32,6 +32,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from consolidator.errors import ConfigurationError
 from consolidator.events import FieldNames
 from consolidator.policy import MAX_RATE_BATCHES, Policy, RateLimit
+from consolidator.redact import masked
 
 ENV_PREFIX = "CONSOLIDATOR_"
 SINK_SCHEMES = ("kafka", "sqs", "events", "file")
@@ -313,15 +314,9 @@ S = TypeVar("S", bound=BaseSettings)
 
 
 def mask(value: object) -> str:
-    """``value`` for an error message: URL credentials and secret query parameters masked,
-    at most 120 characters."""
-    text = value if isinstance(value, str) else repr(value)
-    at = text.rfind("@")  # user:password@ ends at the last "@", whatever the password holds
-    if at >= 0:
-        scheme_end = text.find("://")
-        start = scheme_end + 3 if 0 <= scheme_end < at else 0
-        text = text[:start] + "***" + text[at:]
-    text = re.sub(r"(?i)((?:password|passwd|pwd|token|secret|auth)=)[^&#]*", r"\1***", text)
+    """``value`` for an error message: URL credentials and secret query parameters masked
+    (:func:`consolidator.redact.masked`), at most 120 characters."""
+    text = masked(value if isinstance(value, str) else repr(value))
     return repr(text if len(text) <= 120 else text[:117] + "...")
 
 

@@ -50,6 +50,7 @@ from consolidator.demo.parts import (
 )
 from consolidator.demo.synthetic import bursts
 from consolidator.errors import ConsolidatorError
+from consolidator.redact import masked
 from consolidator.store.databases import recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
@@ -107,7 +108,7 @@ def check_redis(url: str) -> None:
     try:
         redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
     except (redis.exceptions.RedisError, OSError) as exc:
-        raise DemoError(f"Redis is not reachable at {url} ({exc}); start it or pass --redis-url") from None
+        raise DemoError(f"Redis is not reachable at {masked(url)} ({exc}); start it or pass --redis-url") from None
 
 
 

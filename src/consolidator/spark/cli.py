@@ -22,6 +22,7 @@ import typer
 
 from consolidator.events import FieldNames
 from consolidator.policy import Policy, RateLimit
+from consolidator.redact import masked
 from consolidator.spark.shards import DEFAULT_SHARDS
 
 spark_app = typer.Typer(help="Spark jobs: streaming aggregator, policy replay, EMR Serverless.",
@@ -65,7 +66,7 @@ def _url(url: str, schemes: tuple[str, ...], option: str) -> str:
     """Checked before Spark starts: a wrong URL fails in a second, not after the JVM is up."""
     scheme = url.partition("://")[0] if "://" in url else ""
     if scheme not in schemes:
-        raise typer.BadParameter(f"must start with {' or '.join(s + '://' for s in schemes)}, got {url!r}",
+        raise typer.BadParameter(f"must start with {' or '.join(s + '://' for s in schemes)}, got {masked(url)!r}",
                                  param_hint=option)
     return url
 
@@ -165,7 +166,12 @@ def stream(
     completion_database_url: Annotated[str | None, typer.Option(
         "--completion-database-url", envvar="CONSOLIDATOR_COMPLETION_DATABASE_URL",
         help="Completion tracking: seal every batch in this database (mysql://...) before it is "
-             "published, so the acks function tracks Spark-built batches too.")] = None,
+             "published, so the acks function tracks Spark-built batches too. With "
+             "--completion-database-secret-arn: host, port, database and TLS only (no user).")] = None,
+    completion_database_secret_arn: Annotated[str | None, typer.Option(
+        "--completion-database-secret-arn", envvar="CONSOLIDATOR_COMPLETION_DATABASE_SECRET_ARN",
+        help="Completion tracking with the database's Secrets Manager secret (RDS format), read by "
+             "each executor: no password in the job's arguments.")] = None,
     state_shards: Annotated[int, typer.Option(
         "--state-shards", min=1, help="State keys (shards of the group keys; at least the stateful stage's partitions); "
                                    "fixed for a checkpoint.")] = DEFAULT_SHARDS,
@@ -178,6 +184,8 @@ def stream(
     _url(dead_letter_url, ("sqs", "file"), "--dead-letter-url")
     if completion_database_url is not None:
         _url(completion_database_url, ("mysql",), "--completion-database-url")
+    if completion_database_secret_arn is not None:
+        _secret_arn(completion_database_secret_arn, "--completion-database-secret-arn")
     max_batch_bytes = _batch_cap(sink_url, max_batch_bytes)
     config = StreamConfig(
         bootstrap_servers=bootstrap_servers, topic=topic, sink_url=sink_url, dead_letter_url=dead_letter_url,
@@ -189,14 +197,16 @@ def stream(
         names=FieldNames(group_key=group_key_field, item_id=item_id_field, items=items_field),
         max_event_bytes=max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
-        tracking_database_url=completion_database_url, state_shards=state_shards,
+        tracking_database_url=completion_database_url, tracking_database_secret_arn=completion_database_secret_arn,
+        state_shards=state_shards,
     )
     spark = build_session("consolidator-stream", master=master)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     log_progress(spark)  # one line per micro-batch on stderr
-    writer = BatchWriter(sink_url, dead_letter_url, tracking_database_url=completion_database_url)
+    writer = BatchWriter(sink_url, dead_letter_url, tracking_database_url=completion_database_url,
+                         tracking_database_secret_arn=completion_database_secret_arn)
     query = start(spark, config, writer=writer)
-    typer.echo(f"streaming {topic} -> {sink_url} (checkpoint {checkpoint}); Ctrl-C to stop", err=True)
+    typer.echo(f"streaming {topic} -> {masked(sink_url)} (checkpoint {checkpoint}); Ctrl-C to stop", err=True)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
@@ -314,17 +324,23 @@ def emr_submit(
                           "`make emr-archive` builds for the construct's release).")] = None,
 ) -> None:
     """Print (or with --submit, call) StartJobRun for the streaming job. Arguments after ``--``
-    go to ``stream`` (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...)."""
+    go to ``stream`` (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...).
+
+    A job's arguments are readable by anyone who may read the job run: a URL with a password is
+    refused (exit 2; pass --completion-database-secret-arn instead), and what is printed has
+    every credential masked."""
     from consolidator.spark.emr import start_job_run_request
 
+    _no_password_in(list(ctx.args))
     request = start_job_run_request(
         application_id=application_id, execution_role_arn=execution_role_arn,
         code_uri=f"s3://{bucket}/code", checkpoint_uri=f"s3://{bucket}/checkpoints/{name}",
         stream_args=list(ctx.args), name=name, archive=archive, log_uri=f"s3://{bucket}/logs/",
     )
     if not submit:
-        typer.echo(json.dumps(request, indent=2))
-        typer.echo("# or: aws emr-serverless start-job-run --cli-input-json " + shlex.quote(json.dumps(request)),
+        printed = _masked_request(request)
+        typer.echo(json.dumps(printed, indent=2))
+        typer.echo("# or: aws emr-serverless start-job-run --cli-input-json " + shlex.quote(json.dumps(printed)),
                    err=True)
         return
     import boto3
@@ -332,6 +348,36 @@ def emr_submit(
     response = boto3.client("emr-serverless", region_name=region).start_job_run(**request)
     typer.echo(json.dumps({"jobRunId": response["jobRunId"], "applicationId": response["applicationId"],
                            "arn": response.get("arn")}))
+
+
+def _secret_arn(value: str, option: str) -> str:
+    from consolidator.settings import _check_arn
+
+    try:
+        return _check_arn(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+
+
+def _no_password_in(args: list[str]) -> None:
+    """Refuse job arguments that carry a URL password: the database's belongs in its secret."""
+    from urllib.parse import urlsplit
+
+    for arg in args:
+        value = arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg
+        if "://" in value and urlsplit(value).password:
+            typer.echo(f"refused: a job argument carries a password ({masked(value)}); job arguments are readable "
+                       "by anyone who may read the job run: pass the database's Secrets Manager secret with "
+                       "--completion-database-secret-arn and a URL without credentials", err=True)
+            raise typer.Exit(2)
+
+
+def _masked_request(request: dict) -> dict:
+    """``request`` with every credential in the job's arguments masked (for printing)."""
+    printed = json.loads(json.dumps(request))
+    driver = printed["jobDriver"]["sparkSubmit"]
+    driver["entryPointArguments"] = [masked(arg) for arg in driver["entryPointArguments"]]
+    return printed
 
 
 def main() -> None:
