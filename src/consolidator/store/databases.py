@@ -109,7 +109,8 @@ def drop_owned_database(params: ConnectionParams, creator: str) -> bool:
         if owner != creator:
             by = f"it was created by {owner}" if owner else "consolidator did not create it"
             raise DatabaseNotOwned(f"refusing to drop database {name!r} on {params.host}:{params.port}: {by}"
-                                   f" (no {creator} marker in its table {MARKER_TABLE}); choose another name")
+                                   f" (no {creator} marker in its table {MARKER_TABLE}); choose another name, or drop it"
+                                   f" yourself if nothing in it is needed")
         cur.execute(f"DROP DATABASE `{name}`")
     return True
 
