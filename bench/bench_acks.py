@@ -23,16 +23,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import pymysql
-
 from consolidator.clock import ManualClock
 from consolidator.completion import Ack
 from consolidator.services.acks import AckService
 from consolidator.sinks.file import FileSink
 from consolidator.store.completion import SealedBatch
+from consolidator.store.databases import drop_owned_database, recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 T0 = 1_795_000_000_000
+BENCH_CREATOR = "consolidator bench"  # the ownership marker of the bench's databases
 TARGET = 0.5
 
 
@@ -106,10 +106,7 @@ def main() -> None:
         args.batches, args.duplicates = args.batches // 10, args.duplicates // 10
 
     params = ConnectionParams.from_url(args.database_url)
-    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
-                         autocommit=True) as admin, admin.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {params.database}")
-        cur.execute(f"CREATE DATABASE {params.database} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    recreate_owned_database(params, BENCH_CREATOR, T0)  # refuses a database the bench did not create
     store = MySQLStore(params)
     store.migrate(T0)
     with store.transaction() as cur:
@@ -136,9 +133,7 @@ def main() -> None:
                           f" = {len(acks) / seconds:>8.0f} acks/s", file=sys.stderr)
                     best[name, chunk] = min(seconds, best.get((name, chunk), seconds))
     store.close()
-    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
-                         autocommit=True) as admin, admin.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {params.database}")
+    drop_owned_database(params, BENCH_CREATOR)
     rate = {key: len(acks) / seconds for key, seconds in best.items()}
     figures = {
         "acks": len(acks), "distinct_members": distinct, "duplicates": args.duplicates,

@@ -26,7 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pymysql
 from server_cpu import ServerCpu, per_record_us
 
 from consolidator.clock import ManualClock
@@ -37,9 +36,11 @@ from consolidator.services.flush import FlushService
 from consolidator.sinks import Sink
 from consolidator.sinks.file import FileSink
 from consolidator.sinks.kafka import KafkaSink
+from consolidator.store.databases import drop_owned_database, recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 T0 = 1_795_000_000_000
+BENCH_CREATOR = "consolidator bench"  # the ownership marker of the bench's databases
 TARGET = 0.8  # one row write per flushed row, as the floor (issue 13)
 LIMITED_TARGET = 0.9
 
@@ -136,10 +137,7 @@ def main() -> None:
         args.rows, args.groups = 10_000, 20
 
     params = ConnectionParams.from_url(args.database_url)
-    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
-                         autocommit=True) as admin, admin.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {params.database}")
-        cur.execute(f"CREATE DATABASE {params.database} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    recreate_owned_database(params, BENCH_CREATOR, T0)  # refuses a database the bench did not create
     store = MySQLStore(params)
     store.migrate(T0)
     events = make_events(args.rows, args.groups)
@@ -239,9 +237,7 @@ def main() -> None:
         "meets_limited_target": rate["file_limited"] / rate["file"] >= LIMITED_TARGET,
     }
     store.close()
-    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
-                         autocommit=True) as admin, admin.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {params.database}")
+    drop_owned_database(params, BENCH_CREATOR)
     print(json.dumps(figures))
     if args.save:
         args.save.write_text(json.dumps(figures) + "\n")

@@ -30,9 +30,11 @@ from consolidator.deadletter import FileDeadLetter
 from consolidator.events import FieldNames, KafkaRecord, decode, decode_exact
 from consolidator.msk import event_from_records
 from consolidator.services.ingest import IngestService
+from consolidator.store.databases import drop_owned_database, recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 T0 = 1_795_000_000_000
+BENCH_CREATOR = "consolidator bench"  # the ownership marker of the bench's databases
 COLUMNS = ("bucket, group_key, item_id, pos_key, src_topic, src_partition, src_offset, record_ts_ms, items,"
            " first_seen_ms, last_update_ms")
 
@@ -128,10 +130,9 @@ def main() -> None:
     args = parser.parse_args()
 
     params = ConnectionParams.from_url(args.database_url)
+    recreate_owned_database(params, BENCH_CREATOR, T0)  # refuses a database the bench did not create
     with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
                          autocommit=True) as admin, admin.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {params.database}")
-        cur.execute(f"CREATE DATABASE {params.database} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
         cur.execute("SET GLOBAL local_infile = 1")
     store = MySQLStore(params, local_infile=True)
     store.migrate(T0)
@@ -205,9 +206,7 @@ def main() -> None:
                     "replay_state_rows": "partitions + a constant"},
     }
     store.close()
-    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
-                         autocommit=True) as admin, admin.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {params.database}")  # the bench's own: nothing to keep
+    drop_owned_database(params, BENCH_CREATOR)
     print(json.dumps(figures))
     if args.save:
         args.save.write_text(json.dumps(figures) + "\n")

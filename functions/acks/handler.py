@@ -10,7 +10,6 @@ The acks of one invocation are applied in one database transaction, before the p
 from functools import cache
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
     EventType,
@@ -19,13 +18,14 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from consolidator.errors import ConsolidatorError
+from consolidator.function_logging import configure_function_logging
 from consolidator.services.acks import AckService, build_ack_service
 from consolidator.settings import AckSettings, load_settings
 
 logger = Logger(service="consolidator-acks")
 metrics = Metrics(namespace="Consolidator", service="acks")
 tracer = Tracer(service="consolidator-acks")
-copy_config_to_registered_loggers(source_logger=logger)
+configure_function_logging(logger)  # the SDK's loggers stay at WARNING or above
 
 
 class AckRefused(ConsolidatorError):

@@ -3,15 +3,15 @@
 from functools import cache
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 
+from consolidator.function_logging import configure_function_logging
 from consolidator.services.cleanup import CleanupService, build_cleanup_service
 from consolidator.settings import CleanupSettings, load_settings
 
 logger = Logger(service="consolidator-cleanup")
 metrics = Metrics(namespace="Consolidator", service="cleanup")
 tracer = Tracer(service="consolidator-cleanup")
-copy_config_to_registered_loggers(source_logger=logger)
+configure_function_logging(logger)  # the SDK's loggers stay at WARNING or above
 
 
 @cache

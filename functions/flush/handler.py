@@ -3,8 +3,8 @@
 from functools import cache
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
-from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 
+from consolidator.function_logging import configure_function_logging
 from consolidator.services.flush import FlushService
 from consolidator.services.flush_setup import build_flush_service
 from consolidator.settings import FlushSettings, load_settings
@@ -12,7 +12,7 @@ from consolidator.settings import FlushSettings, load_settings
 logger = Logger(service="consolidator-flush")
 metrics = Metrics(namespace="Consolidator", service="flush")
 tracer = Tracer(service="consolidator-flush")
-copy_config_to_registered_loggers(source_logger=logger)
+configure_function_logging(logger)  # the SDK's loggers stay at WARNING or above
 
 
 @cache

@@ -9,11 +9,13 @@ from functools import cache
 from aws_lambda_powertools import Logger
 
 from consolidator.clock import SystemClock
+from consolidator.function_logging import configure_function_logging
 from consolidator.settings import CleanupSettings, load_settings
 from consolidator.store import open_store
 from consolidator.store.mysql import MySQLStore
 
 logger = Logger(service="consolidator-migrate")
+configure_function_logging(logger)  # the SDK's loggers stay at WARNING or above
 
 
 @cache

@@ -18,6 +18,7 @@ from consolidator import jsonlines
 from consolidator.batch import Member, iso_ms
 from consolidator.events import KafkaRecord, PoisonEvent
 from consolidator.msk import Rejected
+from consolidator.redact import masked
 
 MAX_RAW_BYTES = 150_000  # keeps a dead-letter message under the SQS size limit once base64'd
 SQS_MAX_BYTES = 256 * 1024  # one SQS message, and one SendMessageBatch call, at most
@@ -214,4 +215,4 @@ def dead_letter_from_url(url: str) -> FileDeadLetter | SqsDeadLetter:
         return FileDeadLetter(Path((parts.netloc or "") + parts.path))
     if parts.scheme == "sqs":
         return SqsDeadLetter("https://" + url.removeprefix("sqs://"))
-    raise ValueError(f"unsupported dead-letter URL {url!r}: use sqs:// or file://")
+    raise ValueError(f"unsupported dead-letter URL {masked(url)!r}: use sqs:// or file://")

@@ -9,6 +9,12 @@ class ConfigurationError(ConsolidatorError):
     """Settings are missing or malformed; the message names each variable."""
 
 
+class DatabaseNotOwned(ConfigurationError):
+    """A command was asked to create, drop or migrate into a database it may not touch: a system
+    schema of the server, or a database it did not create itself (no ownership marker of its own,
+    see ``consolidator.store.databases``). Nothing was changed."""
+
+
 class StoreError(ConsolidatorError):
     """A statement failed (bad data, constraint, deadlock). Other records may still succeed."""
 

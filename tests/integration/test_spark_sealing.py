@@ -58,3 +58,29 @@ def test_a_tracker_database_that_is_down_fails_the_partition_before_anything_is_
         finally:
             close_destinations()
     assert not out.exists(), "an unsealed batch must not reach the sink"
+
+
+def test_the_writer_seals_with_the_database_secret_instead_of_a_password_in_a_url(store, database_url, tmp_path,
+                                                                                 monkeypatch):
+    """``--completion-database-secret-arn``: the executor reads user and password from Secrets
+    Manager; the URL, if any, gives only the location (no credentials in the job's arguments)."""
+    import boto3
+    from moto import mock_aws
+
+    from consolidator.store.connection import ConnectionParams
+
+    params = ConnectionParams.from_url(database_url)
+    location = f"mysql://{params.host}:{params.port}/{params.database}"
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    message = tracked_message("WH-1", range(2))
+    with mock_aws():
+        arn = boto3.client("secretsmanager", region_name="eu-west-1").create_secret(
+            Name="trackers", SecretString=json.dumps({"host": "unused", "username": params.user,
+                                                      "password": params.password}))["ARN"]
+        try:
+            deliver_partition(rows(message), sink_url=f"file://{tmp_path}/out.jsonl",
+                              dead_letter_url=f"file://{tmp_path}/dl.jsonl", epoch_id=9,
+                              tracking_database_url=location, tracking_database_secret_arn=arn)
+        finally:
+            close_destinations()
+    assert store.tracker(message["batch_id"]).member_count == 2

@@ -103,3 +103,42 @@ def test_replay_grid_of_rate_limits_and_ttls(spark, tmp_path):
     assert report["d60s-h1800s-n2-t30s-ttl90s"]["expired"] == 0
     assert "rate-limit" not in result.output and "held back p95" in result.output
     assert runner.invoke(spark_app, ["replay", "--out", "x", "--input", "y", "--rate-limit", "2/"]).exit_code != 0
+
+
+EMR = ["emr-submit", "--application-id", "00abc", "--execution-role-arn", "arn:aws:iam::1:role/job", "--bucket", "my-bucket",
+       "--"]
+
+
+@pytest.mark.parametrize("url_args", [
+    ["--completion-database-url", "mysql://admin:hunter2@db.internal:3306/consolidator"],
+    ["--completion-database-url=mysql://admin:hunter2@db.internal:3306/consolidator"],
+])
+def test_emr_submit_refuses_a_password_in_the_job_arguments(url_args):
+    result = runner.invoke(spark_app, [*EMR, "--topic", "orders", *url_args])
+    assert result.exit_code == 2
+    assert "hunter2" not in result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--completion-database-secret-arn" in lines[0] and "***@db.internal" in lines[0]
+
+
+def test_emr_submit_prints_the_secret_arn_and_masks_credentials_it_prints():
+    arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:trackers-AbCdEf"
+    result = runner.invoke(spark_app, [
+        *EMR, "--topic", "orders", "--completion-database-url", "mysql://db.internal:3306/consolidator",
+        "--completion-database-secret-arn", arn,
+        "--kafka-option", 'kafka.sasl.jaas.config=ScramLoginModule required username="u" password="hunter2";'])
+    assert result.exit_code == 0, result.output
+    assert "hunter2" not in result.stdout + result.stderr
+    arguments = json.loads(result.stdout[: result.stdout.rindex("}") + 1])["jobDriver"]["sparkSubmit"][
+        "entryPointArguments"]
+    assert arguments[arguments.index("--completion-database-secret-arn") + 1] == arn
+    assert 'password="***"' in arguments[arguments.index("--kafka-option") + 1]
+
+
+def test_stream_checks_the_secret_arn_before_spark_starts():
+    result = runner.invoke(spark_app, [
+        "stream", "--bootstrap-servers", "b:9092", "--topic", "t", "--sink-url", "file:///tmp/x.jsonl",
+        "--dead-letter-url", "file:///tmp/d.jsonl", "--checkpoint", "/tmp/c",
+        "--completion-database-secret-arn", "mysql://admin:hunter2@db/x"])
+    assert result.exit_code == 2 and "secretsmanager" in result.output
+    assert "hunter2" not in result.output

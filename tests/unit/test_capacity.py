@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_capacity():
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))  # its sibling cost.py, as when run as a script
     spec = importlib.util.spec_from_file_location("capacity_under_test", ROOT / "bench" / "capacity.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -50,3 +53,29 @@ def test_rendered_page_lists_its_sources_and_missing_figures_as_na(tmp_path):
     assert "`bench/results/ingest-1.json`" in page
     assert "| events/s one Aurora writer vCPU can ingest | n/a |" in page
     assert "| **the single flusher's ceiling used below** (measured, the slower sink) | **16,000 rows/s** |" in page
+
+
+def test_cost_model_follows_the_measured_figures_and_finds_where_spark_is_cheaper():
+    capacity = load_capacity()
+    import cost
+
+    m = capacity.model([INGEST], [FLUSH])
+    c = cost.model(m, stream_events_per_s_per_core=20_000)
+    # Lambda: the wall clock of one ingest invocation per record and of the slower sink's flush
+    assert c["lambda_flush"] == 1e6 / 16_000 * cost.LAMBDA_GB * cost.PRICES["lambda_gb_s"]
+    # Aurora: the server CPU per event (20 + 30 us) as ACU-seconds
+    assert c["aurora_compute"] == 50 * cost.ACU_PER_VCPU / 3600 * cost.PRICES["aurora_acu_h"]
+    doubled = cost.model(capacity.model([{**INGEST, "server_cpu_us_per_record": 70.0}], [FLUSH]), 20_000)
+    assert doubled["aurora_compute"] == 2 * c["aurora_compute"]
+    # the crossover is where the monthly costs change order, to the step of 100 events/s
+    cross = c["crossover_events_per_s"]
+    assert cross is not None
+    assert cost.monthly(c, cross, "spark") < cost.monthly(c, cross, "lambda")
+    assert cost.monthly(c, cross - 100, "spark") >= cost.monthly(c, cross - 100, "lambda")
+    # a faster stream carries more per executor, so its cost per event falls with the rate
+    assert cost.model(m, 40_000)["spark_path"] == c["spark_path"] / 2
+    page = capacity.render([INGEST], [FLUSH], ["x"], stream=[{"events_per_s_per_core": 20_000}])
+    assert f"**The Spark path is cheaper above {cross:,.0f} events/s sustained.**" in page
+    assert cost.PRICES_DATE in page
+    no_stream = capacity.render([INGEST], [FLUSH], ["x"])
+    assert "**The Spark path is cheaper above n/a events/s sustained.**" in no_stream

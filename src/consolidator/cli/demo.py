@@ -27,11 +27,13 @@ def demo(
     seed: Annotated[int, typer.Option(help="Random seed of the synthetic topic.")] = 7,
     bursts: Annotated[int, typer.Option(min=1, help="Bursts the orders arrive in (pauses between).")] = 8,
     database_url: Annotated[str | None, typer.Option(
-        help="Database server for the demo database (default: CONSOLIDATOR_DATABASE_URL's server, "
-             "else mysql://root@127.0.0.1:3306).")] = None,
+        help="Database server for the demo database (default mysql://root@127.0.0.1:3306; "
+             "CONSOLIDATOR_DATABASE_URL is never used unless passed here).")] = None,
     database_name: Annotated[str, typer.Option(
-        help="Demo database, DROPPED and recreated on every run.")] = "consolidator_demo",
-    redis_url: Annotated[str, typer.Option(envvar="CONSOLIDATOR_REDIS_URL", help="Redis for the flush lock.")
+        help="Demo database: created by the demo and recreated on every run; a database the demo "
+             "did not create (or a system schema) is refused, exit 2.")] = "consolidator_demo",
+    redis_url: Annotated[str, typer.Option(
+        help="Redis for the flush lock (CONSOLIDATOR_REDIS_URL is never used unless passed here).")
                          ] = "redis://127.0.0.1:6379/0",
     verbose: Annotated[bool, typer.Option("--verbose", help="Handler logs at WARNING; keep the work files.")] = False,
     as_json: JsonOption = False,

@@ -20,6 +20,7 @@ from consolidator.cli.base import (
     store_for,
 )
 from consolidator.errors import BatchRowsGone
+from consolidator.redact import masked
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     from consolidator.services.redrive import RedriveReport
@@ -106,7 +107,7 @@ def dlq_list(
     if as_json:
         emit_json({"entries": entries, "dead_batches": dead})
         return
-    table = Table(title=f"dead-letter entries ({len(entries)}) at {s.dead_letter_url}")
+    table = Table(title=f"dead-letter entries ({len(entries)}) at {masked(s.dead_letter_url)}")
     for column in ("kind", "reason", "source / batch", "written", "detail"):
         table.add_column(column)
     for e in entries:

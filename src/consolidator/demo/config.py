@@ -25,8 +25,8 @@ class DemoConfig:
     seed: int = 7
     bursts: int = 8
     burst_gap_s: tuple[float, float] = (0.3, 2.5)  # pause between bursts (some longer than debounce)
-    database_url: str | None = None  # server to use (its database part is ignored)
-    database_name: str = DEMO_DATABASE  # dropped and recreated on every run
+    database_url: str | None = None  # server to use (its database part is ignored); None: local
+    database_name: str = DEMO_DATABASE  # created by the demo; a database it did not create is refused
     redis_url: str = "redis://127.0.0.1:6379/0"
     debounce_s: float = 2.0
     hard_window_s: float = 6.0

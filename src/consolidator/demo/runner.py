@@ -50,7 +50,12 @@ from consolidator.demo.parts import (
 )
 from consolidator.demo.synthetic import bursts
 from consolidator.errors import ConsolidatorError
-from consolidator.store.mysql import ConnectionParams, MySQLStore, recreate_database
+from consolidator.redact import masked
+from consolidator.store.databases import recreate_owned_database
+from consolidator.store.mysql import ConnectionParams, MySQLStore
+
+DEMO_CREATOR = "consolidator demo"  # the ownership marker of the databases the demo creates
+LOCAL_SERVER = "mysql://root@127.0.0.1:3306/"
 
 
 def repo_root(config: DemoConfig) -> Path:
@@ -74,8 +79,10 @@ def load_handler(path: Path, name: str):
 
 
 def demo_database_url(config: DemoConfig) -> str:
-    base = config.database_url or os.environ.get("CONSOLIDATOR_DATABASE_URL") or "mysql://root@127.0.0.1:3306/"
-    parts = urlsplit(base)
+    """The demo database on the server given by ``--database-url``, else on the local server:
+    never the server of ``CONSOLIDATOR_DATABASE_URL`` (a production server, perhaps) unless the
+    operator names it explicitly."""
+    parts = urlsplit(config.database_url or LOCAL_SERVER)
     return parts._replace(path="/" + config.database_name).geturl()
 
 
@@ -101,7 +108,7 @@ def check_redis(url: str) -> None:
     try:
         redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2).ping()
     except (redis.exceptions.RedisError, OSError) as exc:
-        raise DemoError(f"Redis is not reachable at {url} ({exc}); start it or pass --redis-url") from None
+        raise DemoError(f"Redis is not reachable at {masked(url)} ({exc}); start it or pass --redis-url") from None
 
 
 
@@ -114,6 +121,9 @@ def run_demo(config: DemoConfig | None = None, console: Console | None = None) -
     started = time.monotonic()
     root = repo_root(config)
     database_url = demo_database_url(config)
+    # first, before any output: the demo drops only a database it created itself (its marker),
+    # never a system schema, an application's database or a production buffer
+    recreate_owned_database(ConnectionParams.from_url(database_url), DEMO_CREATOR, int(time.time() * 1000))
     workdir = Path(tempfile.mkdtemp(prefix="consolidator-demo-"))
     dead_letter_dir = workdir / "dead-letter"
     dead_letter_path = dead_letter_dir / "dead-letter.jsonl"
@@ -123,7 +133,6 @@ def run_demo(config: DemoConfig | None = None, console: Console | None = None) -
     console.print(f"[bold]Consolidator demo[/]: {config.orders} orders, {config.warehouses} warehouses, "
                   f"{config.poison} poison messages, {config.bursts} bursts")
     check_redis(config.redis_url)
-    recreate_database(ConnectionParams.from_url(database_url))
     monitor = MySQLStore.from_url(database_url)
     monitor.migrate(int(time.time() * 1000))
     kafka = MockKafka()

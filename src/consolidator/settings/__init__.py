@@ -256,6 +256,9 @@ class StreamSettings(_Policy, _Sink, _DeadLetter, _Fields):
                               description="the topic the streaming job reads")
     completion_database_url: DatabaseUrl | None = Field(
         None, repr=False, description="seal Spark-built batches in this database (completion tracking)")
+    completion_database_secret_arn: SecretArn | None = Field(
+        None, description="the trackers' database secret (RDS format), read by each executor: no password "
+                          "in the job's arguments; COMPLETION_DATABASE_URL then gives host, port, database, TLS")
 
 
 class ReplaySettings(_Policy, _Fields):

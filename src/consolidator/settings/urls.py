@@ -20,6 +20,8 @@ from pydantic import (
 )
 from pydantic_core import MultiHostUrl
 
+from consolidator.redact import masked
+
 SINK_SCHEMES = ("kafka", "sqs", "events", "file")
 DEAD_LETTER_SCHEMES = ("sqs", "file")
 
@@ -138,13 +140,7 @@ SecretArn = Annotated[str, AfterValidator(_check_arn)]
 
 
 def mask(value: object) -> str:
-    """``value`` for an error message: URL credentials and secret query parameters masked,
-    at most 120 characters."""
-    text = value if isinstance(value, str) else repr(value)
-    at = text.rfind("@")  # user:password@ ends at the last "@", whatever the password holds
-    if at >= 0:
-        scheme_end = text.find("://")
-        start = scheme_end + 3 if 0 <= scheme_end < at else 0
-        text = text[:start] + "***" + text[at:]
-    text = re.sub(r"(?i)((?:password|passwd|pwd|token|secret|auth)=)[^&#]*", r"\1***", text)
+    """``value`` for an error message: URL credentials and secret query parameters masked
+    (:func:`consolidator.redact.masked`), at most 120 characters."""
+    text = masked(value if isinstance(value, str) else repr(value))
     return repr(text if len(text) <= 120 else text[:117] + "...")

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from consolidator.redact import masked
+
 
 @dataclass(frozen=True, slots=True)
 class OutgoingBatch:
@@ -69,7 +71,7 @@ def sink_from_url(url: str) -> Sink:
 
         topic = parts.path.strip("/")
         if not parts.netloc or not topic or "/" in topic:
-            raise ValueError(f"kafka sink URL needs servers and one topic: {url!r}")
+            raise ValueError(f"kafka sink URL needs servers and one topic: {masked(url)!r}")
         auth = query.get("auth")
         if auth not in (None, "iam"):
             raise ValueError(f"kafka sink auth must be 'iam' when given, got {auth!r}")
@@ -82,13 +84,13 @@ def sink_from_url(url: str) -> Sink:
         from consolidator.sinks.sqs import SqsSink
 
         if not parts.netloc or parts.path.count("/") != 2:
-            raise ValueError(f"sqs sink URL must be sqs://sqs.<region>.amazonaws.com/<account>/<queue>: {url!r}")
+            raise ValueError(f"sqs sink URL must be sqs://sqs.<region>.amazonaws.com/<account>/<queue>: {masked(url)!r}")
         return SqsSink("https://" + parts.netloc + parts.path)
     if parts.scheme == "events":
         from consolidator.sinks.eventbridge import EventBridgeSink
 
         if not parts.netloc:
-            raise ValueError(f"events sink URL needs an event bus name: {url!r}")
+            raise ValueError(f"events sink URL needs an event bus name: {masked(url)!r}")
         return EventBridgeSink(
             parts.netloc,
             source=query.get("source", "consolidator"),
@@ -101,9 +103,9 @@ def sink_from_url(url: str) -> Sink:
 
         path = (parts.netloc or "") + parts.path
         if not parts.path:
-            raise ValueError(f"file sink URL needs a path: {url!r}")
+            raise ValueError(f"file sink URL needs a path: {masked(url)!r}")
         return FileSink(Path(path))
-    raise ValueError(f"unsupported sink URL {url!r}: use kafka://, sqs://, events:// or file://")
+    raise ValueError(f"unsupported sink URL {masked(url)!r}: use kafka://, sqs://, events:// or file://")
 
 
 __all__ = ["OutgoingBatch", "Sink", "chunk_by_size", "sink_from_url"]

@@ -26,6 +26,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from consolidator.redact import masked
 from consolidator.spark.shards import DEFAULT_SHARDS
 
 spark_app = typer.Typer(help="Spark jobs: streaming aggregator, policy replay, EMR Serverless.",
@@ -177,8 +178,14 @@ def stream(
     completion_database_url: Annotated[str | None, typer.Option(
         "--completion-database-url",
         help="Completion tracking: seal every batch in this database (mysql://...) before it is "
-             "published, so the acks function tracks Spark-built batches too. "
+             "published, so the acks function tracks Spark-built batches too. With "
+             "--completion-database-secret-arn: host, port, database and TLS only (no user). "
              + _SETTING.format("COMPLETION_DATABASE_URL"))] = None,
+    completion_database_secret_arn: Annotated[str | None, typer.Option(
+        "--completion-database-secret-arn",
+        help="Completion tracking with the database's Secrets Manager secret (RDS format), read by "
+             "each executor: no password in the job's arguments. "
+             + _SETTING.format("COMPLETION_DATABASE_SECRET_ARN"))] = None,
     state_shards: Annotated[int, typer.Option(
         "--state-shards", min=1, max=1_000_000,
         help="State keys (shards of the group keys; at least the stateful stage's partitions); "
@@ -198,14 +205,17 @@ def stream(
         policy=dataclasses.replace(s.policy(), max_batch_bytes=cap), names=s.field_names(),
         max_event_bytes=s.max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
-        tracking_database_url=s.completion_database_url, state_shards=state_shards,
+        tracking_database_url=s.completion_database_url,
+        tracking_database_secret_arn=s.completion_database_secret_arn, state_shards=state_shards,
     )
     spark = build_session("consolidator-stream", master=master)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     log_progress(spark)  # one line per micro-batch on stderr
-    writer = BatchWriter(s.sink_url, s.dead_letter_url, tracking_database_url=s.completion_database_url)
+    writer = BatchWriter(s.sink_url, s.dead_letter_url, tracking_database_url=s.completion_database_url,
+                         tracking_database_secret_arn=s.completion_database_secret_arn)
     query = start(spark, config, writer=writer)
-    typer.echo(f"streaming {s.source_topic} -> {s.sink_url} (checkpoint {checkpoint}); Ctrl-C to stop", err=True)
+    typer.echo(f"streaming {s.source_topic} -> {masked(s.sink_url)} (checkpoint {checkpoint}); Ctrl-C to stop",
+               err=True)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
@@ -363,10 +373,15 @@ def emr_submit(
                           "`make emr-archive` builds for the construct's release).")] = None,
 ) -> None:
     """Print (or with --submit, call) StartJobRun for the streaming job. Arguments after ``--``
-    go to ``stream`` (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...)."""
+    go to ``stream`` (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...).
+
+    A job's arguments are readable by anyone who may read the job run: a URL with a password is
+    refused (exit 2; pass --completion-database-secret-arn instead), and what is printed has
+    every credential masked."""
     from consolidator.settings import EmrSettings
     from consolidator.spark.emr import start_job_run_request
 
+    _no_password_in(list(ctx.args))
     s = _settings(EmrSettings, {"application_id": application_id, "execution_role_arn": execution_role_arn,
                                 "bucket": bucket},
                   rename={"application_id": "emr_application_id", "execution_role_arn": "emr_job_role_arn",
@@ -377,8 +392,9 @@ def emr_submit(
         stream_args=list(ctx.args), name=name, archive=archive, log_uri=f"s3://{s.emr_bucket}/logs/",
     )
     if not submit:
-        typer.echo(json.dumps(request, indent=2))
-        typer.echo("# or: aws emr-serverless start-job-run --cli-input-json " + shlex.quote(json.dumps(request)),
+        printed = _masked_request(request)
+        typer.echo(json.dumps(printed, indent=2))
+        typer.echo("# or: aws emr-serverless start-job-run --cli-input-json " + shlex.quote(json.dumps(printed)),
                    err=True)
         return
     import boto3
@@ -386,6 +402,27 @@ def emr_submit(
     response = boto3.client("emr-serverless", region_name=region).start_job_run(**request)
     typer.echo(json.dumps({"jobRunId": response["jobRunId"], "applicationId": response["applicationId"],
                            "arn": response.get("arn")}))
+
+
+def _no_password_in(args: list[str]) -> None:
+    """Refuse job arguments that carry a URL password: the database's belongs in its secret."""
+    from urllib.parse import urlsplit
+
+    for arg in args:
+        value = arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg
+        if "://" in value and urlsplit(value).password:
+            typer.echo(f"refused: a job argument carries a password ({masked(value)}); job arguments are readable "
+                       "by anyone who may read the job run: pass the database's Secrets Manager secret with "
+                       "--completion-database-secret-arn and a URL without credentials", err=True)
+            raise typer.Exit(2)
+
+
+def _masked_request(request: dict) -> dict:
+    """``request`` with every credential in the job's arguments masked (for printing)."""
+    printed = json.loads(json.dumps(request))
+    driver = printed["jobDriver"]["sparkSubmit"]
+    driver["entryPointArguments"] = [masked(arg) for arg in driver["entryPointArguments"]]
+    return printed
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ import functools
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from consolidator.batch import build_message, encode
 from consolidator.deadletter import expired_entry, poison_entry
@@ -237,10 +237,10 @@ def packed_records(records_df, names: FieldNames, max_event_bytes: int, shards: 
     return staged.mapInArrow(packing, PACKED_SCHEMA)
 
 
-_DESTINATIONS: dict[tuple[str, str], object] = {}  # per Python worker: producers outlive a task
+_DESTINATIONS: dict[tuple[str, object], object] = {}  # per Python worker: producers outlive a task
 
 
-def _open(kind: str, url: str, opener: Callable):
+def _open(kind: str, url, opener: Callable):
     """One sink / dead-letter client per URL and worker process (Kafka producers are costly)."""
     client = _DESTINATIONS.get((kind, url))
     if client is None:
@@ -250,13 +250,17 @@ def _open(kind: str, url: str, opener: Callable):
 
 def deliver_partition(rows: Iterable, *, sink_url: str, dead_letter_url: str, epoch_id: int,
                       sink_opener: Callable | None = None, chunk: int = 500,
-                      tracking_database_url: str | None = None) -> None:
+                      tracking_database_url: str | None = None,
+                      tracking_database_secret_arn: str | None = None) -> None:
     """Publish one partition of a micro-batch's output from the executor holding it: batches to
     the sink, dead letters to the dead-letter destination, ``chunk`` at a time. Raises
     :class:`DeliveryError` unless every write is confirmed, which fails the task (Spark retries
     it, then fails the micro-batch; the same rows, with the same batch ids, go out again).
-    With ``tracking_database_url`` every batch is sealed there (completion tracking, the Lambda
-    path's trackers) before it is published, so an ack never finds its batch unknown."""
+    With ``tracking_database_url`` and/or ``tracking_database_secret_arn`` every batch is sealed
+    in that database (completion tracking, the Lambda path's trackers; the two resolve as in
+    :func:`consolidator.store.open_store`: the secret gives the credentials, read by the executor
+    from Secrets Manager, so no password travels in the job's arguments) before it is published,
+    so an ack never finds its batch unknown."""
     from consolidator.deadletter import dead_letter_from_url
     from consolidator.sinks import OutgoingBatch, sink_from_url
 
@@ -264,8 +268,8 @@ def deliver_partition(rows: Iterable, *, sink_url: str, dead_letter_url: str, ep
     dead: list[dict] = []
 
     def send_batches() -> None:
-        if tracking_database_url:
-            _seal(tracking_database_url, batches, epoch_id)
+        if tracking_database_url or tracking_database_secret_arn:
+            _seal(tracking_database_url, tracking_database_secret_arn, batches, epoch_id)
         failures = _open("sink", sink_url, sink_opener or sink_from_url).publish(batches)
         if failures:
             raise DeliveryError(f"micro-batch {epoch_id}: {len(failures)} of {len(batches)} batches not "
@@ -294,16 +298,16 @@ def deliver_partition(rows: Iterable, *, sink_url: str, dead_letter_url: str, ep
         send_batches()
 
 
-def _seal(database_url: str, batches: list, epoch_id: int) -> None:
+def _seal(database_url: str | None, secret_arn: str | None, batches: list, epoch_id: int) -> None:
     from consolidator.clock import SystemClock
-    from consolidator.errors import StoreError, StoreUnavailable
+    from consolidator.errors import StoreError, StoreRefused, StoreUnavailable
     from consolidator.store import open_store
     from consolidator.store.completion import SealedBatch
 
-    store = _open("trackers", database_url, open_store)
     try:
+        store = _open("trackers", (database_url, secret_arn), lambda target: open_store(*target))
         store.seal([SealedBatch.of_message(json.loads(b.body)) for b in batches], SystemClock().now_ms())
-    except (StoreError, StoreUnavailable) as error:
+    except (StoreError, StoreUnavailable, StoreRefused) as error:
         raise DeliveryError(f"micro-batch {epoch_id}: batches not sealed for completion tracking: {error}") from error
 
 
@@ -319,12 +323,15 @@ class BatchWriter:
     sink_url: str
     dead_letter_url: str
     sink_opener: Callable | None = None
-    tracking_database_url: str | None = None  # completion tracking: seal each batch there first
+    # completion tracking: seal each batch there first (see deliver_partition)
+    tracking_database_url: str | None = field(default=None, repr=False)
+    tracking_database_secret_arn: str | None = None
 
     def __call__(self, df, epoch_id: int) -> None:
         df.foreachPartition(functools.partial(
             deliver_partition, sink_url=self.sink_url, dead_letter_url=self.dead_letter_url,
-            epoch_id=epoch_id, sink_opener=self.sink_opener, tracking_database_url=self.tracking_database_url))
+            epoch_id=epoch_id, sink_opener=self.sink_opener, tracking_database_url=self.tracking_database_url,
+            tracking_database_secret_arn=self.tracking_database_secret_arn))
 
     def close(self) -> None:
         """Release the destinations this process opened (the driver's, in local runs)."""
@@ -354,8 +361,14 @@ class StreamConfig:
     max_offsets_per_trigger: int | None = None
     source: str = "auto"  # auto | spark | python (see consolidator.spark.source.kafka_format)
     kafka_options: tuple[tuple[str, str], ...] = ()
-    tracking_database_url: str | None = None  # completion tracking on: the trackers' database
+    # completion tracking on (either set): the trackers' database, as in open_store
+    tracking_database_url: str | None = field(default=None, repr=False)
+    tracking_database_secret_arn: str | None = None
     state_shards: int = DEFAULT_SHARDS  # state keys (fixed for a checkpoint, see consolidator.spark.shards)
+
+    @property
+    def tracked(self) -> bool:
+        return self.tracking_database_url is not None or self.tracking_database_secret_arn is not None
 
 
 def start(spark, config: StreamConfig, writer=None):
@@ -369,10 +382,11 @@ def start(spark, config: StreamConfig, writer=None):
     source = kafka_reader(spark, config.bootstrap_servers, config.topic, streaming=True,
                           prefer=config.source, options=options).load()
     output = aggregate(records(source), config.policy, config.names, config.max_event_bytes,
-                       tracked=config.tracking_database_url is not None, shards=config.state_shards)
+                       tracked=config.tracked, shards=config.state_shards)
     return (output.writeStream.queryName("consolidator-aggregator")
-            .foreachBatch(writer or BatchWriter(config.sink_url, config.dead_letter_url,
-                                                tracking_database_url=config.tracking_database_url))
+            .foreachBatch(writer or BatchWriter(
+                config.sink_url, config.dead_letter_url, tracking_database_url=config.tracking_database_url,
+                tracking_database_secret_arn=config.tracking_database_secret_arn))
             .option("checkpointLocation", config.checkpoint)
             .trigger(processingTime=f"{config.trigger_ms} milliseconds")
             .start())

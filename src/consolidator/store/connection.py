@@ -14,7 +14,7 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Self
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -25,6 +25,7 @@ from pymysql.constants import COMMAND, SERVER_STATUS
 from pymysql.converters import escape_string
 
 from consolidator.errors import StoreConflict, StoreError, StoreRefused, StoreUnavailable
+from consolidator.redact import masked
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,13 @@ def tls_context(ca_file: str | Path | None) -> ssl.SSLContext:
 
 @dataclass(frozen=True)
 class ConnectionParams:
+    """Where and as whom to connect. The password is never in the repr (nor in a log line or
+    an error message that formats these parameters)."""
+
     host: str
     port: int = 3306
     user: str = "root"
-    password: str = ""
+    password: str = field(default="", repr=False)
     database: str = "consolidator"
     ssl_ca: str | None = None
     ssl: bool = False
@@ -61,7 +65,7 @@ class ConnectionParams:
         verifies against the RDS CA bundle, ``ssl_ca`` against that file."""
         parts = urlsplit(url)
         if parts.scheme != "mysql" or not parts.hostname:
-            raise ValueError(f"not a mysql:// URL with a host: {url!r}")
+            raise ValueError(f"not a mysql:// URL with a host: {masked(url)!r}")
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         return cls(
             host=parts.hostname,
@@ -281,25 +285,3 @@ class Connection:
 def _code(exc: pymysql.err.MySQLError) -> int | None:
     return exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
 
-
-def recreate_database(params: ConnectionParams) -> None:
-    """Drop and create ``params.database`` (empty, utf8mb4_bin): for throwaway databases such
-    as the local demo's. Never point this at a database that holds anything you need."""
-    try:
-        connection = pymysql.connect(
-            host=params.host, port=params.port, user=params.user, password=params.password,
-            connect_timeout=5, autocommit=True,
-        )
-    except pymysql.err.MySQLError as exc:
-        raise StoreUnavailable(f"database unavailable: {exc}") from exc
-    name = params.database
-    if not name.replace("_", "").isalnum():
-        raise StoreError(f"not a plain database name: {name!r}")
-    try:
-        with connection.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    except pymysql.err.MySQLError as exc:
-        raise StoreError(f"could not recreate database {name!r}: {exc}") from exc
-    finally:
-        connection.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from consolidator.store.batches import BatchStore, ClaimedBatch
 from consolidator.store.buffer import BufferStore, IngestCounts
 from consolidator.store.completion import CompletionStore
-from consolidator.store.connection import ConnectionParams, recreate_database
+from consolidator.store.connection import ConnectionParams
 from consolidator.store.limits import ExpiryBatch, LimitStore
 from consolidator.store.offsets import Mark, OffsetStore, PartitionOffset
 from consolidator.store.partitions import (
@@ -20,7 +20,7 @@ from consolidator.store.schema import SchemaStore
 
 __all__ = [
     "BUFFER_TABLES", "MAXVALUE_PARTITION", "ClaimedBatch", "ConnectionParams", "ExpiryBatch", "IngestCounts",
-    "Mark", "MySQLStore", "PartitionInfo", "PartitionOffset", "Throttled", "recreate_database",
+    "Mark", "MySQLStore", "PartitionInfo", "PartitionOffset", "Throttled",
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from consolidator.events import bucket_of, months_after
 from consolidator.store.connection import Connection
+from consolidator.store.databases import refuse_system_schema
 from consolidator.store.partitions import MAXVALUE_PARTITION
 
 
@@ -208,8 +209,11 @@ def _migrations(first_bucket: int, no_pad: str) -> list[tuple[int, str, list[str
 
 class SchemaStore(Connection):
     def migrate(self, now_ms: int) -> list[int]:
-        """Apply the migrations not applied yet, in order. Returns the versions applied now."""
+        """Apply the migrations not applied yet, in order. Returns the versions applied now.
+        A system schema of the server (``mysql``, ``sys``, ...) is refused before anything is written."""
         with self.transaction() as cur:
+            cur.execute("SELECT DATABASE() AS name")
+            refuse_system_schema(cur.fetchone()["name"] or "", "migrate")
             cur.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
                 " version INT NOT NULL PRIMARY KEY, description VARCHAR(255) NOT NULL,"
