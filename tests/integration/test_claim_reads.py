@@ -56,7 +56,7 @@ def flush_once(store, clock, tmp_path, n: int, cap: int, start: int = 0) -> tupl
 
 @pytest.mark.parametrize("n", [50, 100])
 def test_a_split_claim_reads_each_row_once(store, clock, tmp_path, item_rows_read, n):
-    sink, service = flush_once(store, clock, tmp_path, n, 2 * KIB)
+    _sink, service = flush_once(store, clock, tmp_path, n, 2 * KIB)
     item_rows_read["rows"] = 0
     report = service.tick()  # due: full (n >= max_batch_size)
 
@@ -70,7 +70,7 @@ def test_a_split_claim_reads_each_row_once(store, clock, tmp_path, item_rows_rea
 def test_rows_read_grow_linearly_with_the_claim(store, clock, tmp_path, item_rows_read):
     reads = {}
     for n, start in ((40, 0), (80, 40)):
-        sink, service = flush_once(store, clock, tmp_path, n, 2 * KIB, start)
+        _sink, service = flush_once(store, clock, tmp_path, n, 2 * KIB, start)
         item_rows_read["rows"] = 0
         service.tick()
         reads[n] = item_rows_read["rows"]
