@@ -1,7 +1,7 @@
 """Batch message version 1: aggregation and the deterministic ``batch_id``.
 
-``batch_id`` is a function of the group key and the members' source positions only, so
-every engine, every retry and every replay of the same claim yields the same id.
+``batch_id`` is a function of the group key, the members' source positions and their topics'
+epochs only, so every engine, every retry and every replay of the same claim yields the same id.
 The JSON Schema is ``schemas/batch-v1.schema.json`` (``batch-v1.1.schema.json`` adds the optional
 ``held_back_ms`` of a rate-limited group).
 """
@@ -12,8 +12,9 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
+from types import MappingProxyType
 from typing import NamedTuple
 
 import orjson
@@ -41,8 +42,29 @@ class Member(NamedTuple):
         return (self.first_seen_ms, self.position)
 
 
-def batch_id(group_key: str, positions: Iterable[SourcePosition]) -> str:
-    """128-bit hex id from the group key and the sorted member positions."""
+NO_EPOCHS: Mapping[str, int] = MappingProxyType({})  # every topic at epoch 0
+
+
+def _field(text: str) -> bytes:
+    data = text.encode()
+    return b"%d:%b" % (len(data), data)
+
+
+def batch_id(group_key: str, positions: Iterable[SourcePosition], epochs: Mapping[str, int] = NO_EPOCHS,
+             kind: str = "batch") -> str:
+    """128-bit hex id (v2) from the kind of record, the group key and the sorted member positions,
+    each position with its topic's epoch (``epochs``, 0 when absent; ``consolidator offsets
+    reset`` moves a topic's epoch). Every field is length-prefixed (``<bytes>:<UTF-8>``), so no
+    two different inputs give the same text, whatever characters a group key holds."""
+    parts = [b"consolidator-batch-v2", _field(kind), _field(group_key)]
+    for topic, partition, offset in sorted(positions):
+        parts += (_field(topic), _field(str(epochs.get(topic, 0))), _field(str(partition)), _field(str(offset)))
+    return hashlib.sha256(b"".join(parts)).hexdigest()[:32]
+
+
+def batch_id_v1(group_key: str, positions: Iterable[SourcePosition]) -> str:
+    """The id batches were given before schema 9 (fields joined by tabs and newlines, no epoch).
+    Only to re-publish a batch claimed then: ids already assigned never change."""
     lines = "".join(f"{p.topic}\t{p.partition}\t{p.offset}\n" for p in sorted(positions))
     return hashlib.sha256(f"consolidator-batch-v1\n{group_key}\n{lines}".encode()).hexdigest()[:32]
 
@@ -60,14 +82,16 @@ def iso_ms(epoch_ms: int) -> str:
 
 def build_message(
     group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
-    *, tracked: bool = False, held_back_ms: int = 0,
+    *, tracked: bool = False, held_back_ms: int = 0, epochs: Mapping[str, int] | None = NO_EPOCHS,
 ) -> dict:
     """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
     position's items count; quantities are summed per sku across items. ``tracked``: the
     batch is sealed for completion tracking; the message says so and each ``members`` entry
     carries its item id (member i = i-th entry, what acks name by index). A group held back by
     its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1); every other message is
-    exactly v1, so consumers of v1 see no change while no rate limit holds a group back."""
+    exactly v1, so consumers of v1 see no change while no rate limit holds a group back.
+    ``epochs``: the topics' epochs the batch id is computed with (:func:`batch_id`); ``None``
+    for a batch claimed before schema 9, whose id is :func:`batch_id_v1`."""
     if not members:
         raise ValueError("a batch needs at least one member")
     newest_per_item: dict[str, Member] = {}
@@ -82,7 +106,7 @@ def build_message(
     positions = sorted(m.position for m in members)
     message = {
         "schema_version": SCHEMA_VERSION,
-        "batch_id": batch_id(group_key, positions),
+        "batch_id": batch_id_v1(group_key, positions) if epochs is None else batch_id(group_key, positions, epochs),
         "group_key": group_key,
         "flush_reason": str(reason),
         "item_ids": sorted(newest_per_item),
@@ -126,25 +150,60 @@ def message_bytes_bound(group_key: str, members: Sequence[Member]) -> int:
     return size
 
 
+def fit_count(fits: Callable[[int], bool], have: Callable[[int], int]) -> int:
+    """How many members the next batch takes, given ``fits(m)`` (a message of the first ``m``
+    members is within the cap) and ``have(m)`` (how many of the first ``m`` members exist:
+    ``min(m, n)``; a reader may fetch them when asked). At least 1 when ``have(1)`` is 1.
+
+    Prefixes of 1, 2, 4, ... members are tried until one does not fit or no more members
+    exist, then the boundary is found by bisection between the last prefix that fitted and the
+    first that did not. The answer depends on the first ``2k`` members only (``k`` the answer),
+    never on how many come after: a reader that reads pages on demand gets the same batches as
+    a caller holding the whole claim, and reads at most twice the members the batch takes."""
+    if have(1) < 1:
+        return 0
+    fits_up_to, probe = 1, 2
+    while True:
+        available = have(probe)
+        if available <= fits_up_to:
+            return fits_up_to  # every member there is fits
+        if not fits(available):
+            too_big = available
+            break
+        fits_up_to = available
+        if available < probe:
+            return fits_up_to
+        probe *= 2
+    while too_big - fits_up_to > 1:  # invariant: fits_up_to fits, too_big does not
+        middle = (fits_up_to + too_big) // 2
+        if fits(middle):
+            fits_up_to = middle
+        else:
+            too_big = middle
+    return fits_up_to
+
+
+def prefix_fits(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
+                max_bytes: int) -> Callable[[int], bool]:
+    """``fits(m)`` for :func:`fit_count`: the message of ``members[:m]`` is at most ``max_bytes``
+    (decided by :func:`message_bytes_bound` when that suffices, without building the message)."""
+    def fits(m: int) -> bool:
+        prefix = members[:m]
+        return (message_bytes_bound(group_key, prefix) <= max_bytes
+                or message_bytes(group_key, prefix, reason, flushed_at_ms) <= max_bytes)
+    return fits
+
+
 def fitting_prefix(
     group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int, max_bytes: int
 ) -> int:
-    """How many of ``members`` (claim order) the next batch takes under the byte cap: the
-    longest prefix found whose encoded message is at most ``max_bytes``, at least 1 (a member
-    too large on its own is a batch of its own; the sink rejects it and, after
-    ``max_attempts``, it reaches the dead-letter destination)."""
-    if message_bytes_bound(group_key, members) <= max_bytes:
-        return len(members)  # the common case: far under the cap, no message built
-    if message_bytes(group_key, members, reason, flushed_at_ms) <= max_bytes:
-        return len(members)
-    fits, too_big = 1, len(members)  # invariant: a prefix of ``too_big`` members is too large
-    while too_big - fits > 1:
-        middle = (fits + too_big) // 2
-        if message_bytes(group_key, members[:middle], reason, flushed_at_ms) <= max_bytes:
-            fits = middle
-        else:
-            too_big = middle
-    return fits
+    """How many of ``members`` (claim order) the next batch takes under the byte cap:
+    :func:`fit_count` over them, at least 1 (a member too large on its own is a batch of its
+    own; the sink rejects it and, after ``max_attempts``, it reaches the dead-letter
+    destination). While a message grows with its prefix (always, except where a later member
+    of an item replaces an earlier one with fewer SKUs) this is the longest prefix that fits."""
+    return fit_count(prefix_fits(group_key, members, reason, flushed_at_ms, max_bytes),
+                     lambda m: min(m, len(members)))
 
 
 def split_to_fit(

@@ -29,6 +29,17 @@ class BatchRowsGone(StoreError):
     drops rows of DEAD batches). Its dead-letter entry still holds the whole batch."""
 
 
+class DuplicateBatchId(StoreError):
+    """A claim computed a batch id that a stored batch already has: nothing was claimed. Since
+    schema 9 ids name their topics' epochs, so this means a topic was recreated and its offsets
+    reset without ``consolidator offsets reset`` (or during a flush tick); see docs/semantics.md."""
+
+    def __init__(self, batch_id: str, group_key: str):
+        super().__init__(f"batch id {batch_id} of group {group_key!r} is already taken by a stored batch;"
+                         " the claim is refused (recreated topic? run `consolidator offsets reset TOPIC`)")
+        self.batch_id, self.group_key = batch_id, group_key
+
+
 class StoreUnavailable(ConsolidatorError):
     """The database cannot be reached; nothing was written by the failing call.
     Not a :class:`StoreError`: retrying other records against a missing server is pointless."""

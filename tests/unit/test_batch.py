@@ -7,7 +7,7 @@ import json
 import jsonschema
 import pytest
 
-from consolidator.batch import Member, batch_id, build_message, encode, load_schema
+from consolidator.batch import Member, batch_id, batch_id_v1, build_message, encode, load_schema
 from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason
 
@@ -24,6 +24,23 @@ def test_batch_id_is_deterministic_and_order_independent():
     assert len(batch_id("WH-1", a)) == 32
     assert batch_id("WH-1", a) != batch_id("WH-2", a)
     assert batch_id("WH-1", a) != batch_id("WH-1", a[:1])
+
+
+def test_batch_ids_of_different_inputs_differ_whatever_the_group_key_holds():
+    """Issue 26 point 7: the v1 input joined fields with tabs and newlines, which a group key may
+    hold, so a group key could swallow a member's position line and take another batch's id."""
+    orders = [SourcePosition("orders", 0, 5), SourcePosition("orders", 0, 6)]
+    assert batch_id("G", orders) != batch_id("G\norders\t0\t5", orders[1:])
+    assert batch_id("G\t1", [SourcePosition("t", 1, 2)]) != batch_id("G", [SourcePosition("1\nt", 1, 2)])
+    assert batch_id("G", orders, kind="expired") != batch_id("G", orders)
+
+
+def test_a_topic_epoch_changes_the_batch_id_of_its_members_only():
+    positions = [SourcePosition("orders", 0, 5)]
+    assert batch_id("G", positions, {"orders": 1}) != batch_id("G", positions)
+    assert batch_id("G", positions, {"orders": 0}) == batch_id("G", positions) == batch_id("G", positions, {"x": 3})
+    message = build_message("G", [member(5, "A", [("S", 1)])], FlushReason.IDLE, T0, epochs={"orders": 2})
+    assert message["batch_id"] == batch_id("G", positions, {"orders": 2})
 
 
 def test_items_are_summed_per_sku_and_counts_include_coalesced_events():
@@ -57,9 +74,14 @@ def test_encoding_is_canonical_so_republishes_are_byte_identical():
 
 
 def test_batch_id_and_bytes_are_stable_across_versions():
-    """Downstream deduplicates on batch_id and may compare bytes: both formats are frozen for v1."""
+    """Downstream deduplicates on batch_id and may compare bytes: both formats are frozen for v1.
+    The v1 id (batches claimed before schema 9) and the v2 id are both frozen."""
     positions = [SourcePosition("orders", 2, 10), SourcePosition("orders", 0, 7), SourcePosition("ördérs", 1, 2**40)]
-    assert batch_id("WH-42", positions) == "70143871a422e25ea2f3444a30944322"
+    assert batch_id_v1("WH-42", positions) == "70143871a422e25ea2f3444a30944322"
+    assert batch_id("WH-42", positions) == "bc4fd9f0ad8b3a94b2a4b4c6dcdc352d"
+    members = [Member(p, f"I{i}", (("S", 1),), T0, T0) for i, p in enumerate(positions)]
+    assert build_message("WH-42", members, FlushReason.FULL, T0, epochs=None)["batch_id"] == batch_id_v1(
+        "WH-42", positions), "a batch claimed before schema 9 keeps its v1 id"
     message = build_message("WH-42", [member(1, "Ö\u2028", [("SKU-\x01\"\\", 2**40)], first=T0 + 123)],
                             FlushReason.FULL, T0 + 30_000)
     assert encode(message) == json.dumps(message, sort_keys=True, separators=(",", ":"),

@@ -56,8 +56,9 @@ def offsets_reset(
     as_json: JsonOption = False,
 ) -> None:
     """Forget the replay state of TOPIC (after the topic was deleted and recreated, so its
-    offsets start again at 0). Every record of it is then applied again when delivered: on a
-    topic that was NOT recreated this re-applies records already stored."""
+    offsets start again at 0) and move its epoch, so its new batches get ids no old batch has.
+    Every record of it is then applied again when delivered: on a topic that was NOT recreated
+    this re-applies records already stored."""
     store = store_for(load_settings("CleanupSettings"))
     marks = [o for o in store.partition_offsets(topic) if partition is None or o.partition == partition]
     if not marks:
@@ -69,8 +70,10 @@ def offsets_reset(
         typer.confirm(f"Forget {len(marks)} high-water mark(s) of topic {topic!r} (highest offset {highest})?"
                       " Records of it will be applied again when delivered", abort=True, err=True)
     deleted, positions = store.reset_offsets(topic, partition)
+    epoch = store.topic_epochs().get(topic, 0)
     if as_json:
         emit_json({"topic": topic, "partition": partition, "marks_deleted": deleted,
-                   "applied_positions_deleted": positions, "before": _rows(marks)})
+                   "applied_positions_deleted": positions, "epoch": epoch, "before": _rows(marks)})
     else:
-        out.print(f"forgot {deleted} high-water mark(s) and {positions} applied position(s) of {topic!r}")
+        out.print(f"forgot {deleted} high-water mark(s) and {positions} applied position(s) of {topic!r};"
+                  f" its epoch is now {epoch}: batches claimed from now on get new ids")

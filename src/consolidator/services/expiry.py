@@ -10,11 +10,13 @@ on a later tick, so an entry can reach the dead-letter destination twice, never 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from consolidator.clock import Clock
 from consolidator.deadletter import DeadLetter, expired_entry
-from consolidator.errors import StoreError
+from consolidator.errors import DuplicateBatchId, StoreError
+from consolidator.services.flush_report import duplicate_batch_id
 from consolidator.services.ingest import MetricsRecorder
 from consolidator.store.mysql import ExpiryBatch, MySQLStore
 
@@ -28,6 +30,7 @@ class Expiry:
     clock: Clock
     metrics: MetricsRecorder
     chunk: int  # rows per expiry record (``max_batch_size``)
+    epochs: Mapping[str, int] = field(default_factory=dict)  # the topics' epochs the record ids name (read once per tick)
 
     def expire_group(self, group_key: str, cutoff_ms: int, now: int) -> tuple[int, int]:
         """Claim the group's PENDING rows whose record timestamp is before ``cutoff_ms``, in chunks,
@@ -35,7 +38,10 @@ class Expiry:
         claimed = expired = 0
         while True:
             try:
-                expiry = self.store.claim_expired(group_key, cutoff_ms, self.chunk, now)
+                expiry = self.store.claim_expired(group_key, cutoff_ms, self.chunk, now, self.epochs)
+            except DuplicateBatchId as error:
+                duplicate_batch_id(self.metrics, error)
+                return claimed, expired
             except StoreError as error:
                 log.warning("expiry skipped this tick", extra={"group_key": group_key, "error": str(error)})
                 return claimed, expired

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from consolidator.batch import build_message, encode
 from consolidator.clock import Clock
 from consolidator.deadletter import DeadLetter, dead_batch_entry
-from consolidator.errors import LockUnavailable, StoreError
+from consolidator.errors import DuplicateBatchId, LockUnavailable, StoreError
 from consolidator.lock import RedisLock
 from consolidator.policy import (
     FlushReason,
@@ -43,39 +43,19 @@ from consolidator.policy import (
 )
 from consolidator.services.due import DueGroup, due_groups_now, rate_limits
 from consolidator.services.expiry import Expiry
+from consolidator.services.flush_report import (
+    REASON_METRICS,
+    PublishedBatch,
+    TickReport,
+    duplicate_batch_id,
+)
 from consolidator.services.ingest import MetricsRecorder, NoMetrics
 from consolidator.sinks import OutgoingBatch, Sink
+from consolidator.store.claims import ClaimCursor
 from consolidator.store.completion import SealedBatch
 from consolidator.store.mysql import ClaimedBatch, MySQLStore, Throttled
 
 log = logging.getLogger(__name__)
-
-REASON_METRICS = {
-    FlushReason.IDLE: "BatchesFlushedIdle",
-    FlushReason.HARD_WINDOW: "BatchesFlushedHardWindow",
-    FlushReason.FULL: "BatchesFlushedFull",
-}
-
-
-@dataclass
-class PublishedBatch:
-    batch_id: str
-    group_key: str
-    reason: FlushReason
-    size: int  # member rows
-    attempt: int
-
-
-@dataclass
-class TickReport:
-    skipped: str | None = None  # None, "lock_held" or "lock_unavailable"
-    published: list[PublishedBatch] = field(default_factory=list)  # confirmed by the sink
-    dead: int = 0  # batches that became DEAD this tick
-    publish_failures: int = 0
-    error: str | None = None  # why the lock backend was unreachable (skipped = "lock_unavailable")
-    throttled: dict[str, int] = field(default_factory=dict)  # due groups refused: next allowed time
-    expired: int = 0  # rows dead-lettered as expired and marked EXPIRED this tick
-
 
 @dataclass
 class _Pending:
@@ -101,6 +81,7 @@ class FlushService:
     publish_chunk: int = 20  # batches handed to the sink per call
     safety_margin_ms: int = 5_000  # no new claim when less time than this remains
     completion_tracking: bool = False  # seal batches before their first publish (issue 12)
+    _epochs: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # topic epochs, this tick
 
     # -- the policy, read only ---------------------------------------------------------------
 
@@ -167,6 +148,7 @@ class FlushService:
             self.metrics.add_metric(name="OldestPendingAge", unit="Milliseconds", value=max(0, now - oldest))
         outbox: list[ClaimedBatch] = []
         limits = self._limits() if stats else {}
+        self._epochs = self.store.topic_epochs() if stats else {}  # the batch ids' topic epochs, this tick
         cutoff = expiry_cutoff_ms(now, self.policy)
         for group, reason in due_groups(stats, now, self.policy):
             known = group.pending  # PENDING rows as of the stats: rows ingested later wait a tick
@@ -180,10 +162,14 @@ class FlushService:
                     reason, known = (due_reason(left[0], now, self.policy), left[0].pending) if left else (None, 0)
             rate = self._limit(limits, group.group_key)
             limit = self.policy.max_batch_size  # rows left in this claim (a cut claim continues)
+            cursor = ClaimCursor(group.group_key, limit)  # what the claim read and has not taken yet
             while reason is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
                 try:
                     batch = self.store.claim(group.group_key, reason, limit, now, max_bytes=self.policy.max_batch_bytes,
-                                             rate=rate, expired_before_ms=cutoff)
+                                             rate=rate, expired_before_ms=cutoff, cursor=cursor, epochs=self._epochs)
+                except DuplicateBatchId as error:
+                    duplicate_batch_id(self.metrics, error)
+                    break
                 except StoreError as error:
                     log.warning("claim skipped this tick", extra={"group_key": group.group_key,
                                                                   "error": str(error)})
@@ -215,6 +201,7 @@ class FlushService:
                 elif len(batch.members) < limit:
                     break  # the group had no more PENDING rows we could take
                 limit = self.policy.max_batch_size
+                cursor = ClaimCursor(group.group_key, limit)
                 if known <= 0:
                     break  # every row the stats counted is claimed: no query for what is left
                 left = self.store.pending_group_stats(group.group_key)
@@ -264,7 +251,8 @@ class FlushService:
         return rows
 
     def _expiry(self) -> Expiry:
-        return Expiry(self.store, self.dead_letter, self.clock, self.metrics, self.policy.max_batch_size)
+        return Expiry(self.store, self.dead_letter, self.clock, self.metrics, self.policy.max_batch_size,
+                      self._epochs)
 
     def _deliver(self, batches: list[ClaimedBatch], report: TickReport) -> None:
         """Publish the batches still CLAIMED, wait for confirmation, mark the confirmed ones SENT
@@ -284,7 +272,8 @@ class FlushService:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                    tracked=self.completion_tracking, held_back_ms=batch.held_back_ms)
+                                    tracked=self.completion_tracking, held_back_ms=batch.held_back_ms,
+                                    epochs=batch.epochs)
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
             pending.append(_Pending(batch, failed_before[batch.batch_id] + 1, encode(message),
@@ -357,7 +346,8 @@ class FlushService:
         """Dead-letter the batch with its last error; mark it DEAD only once that is confirmed."""
         now = self.clock.now_ms()
         message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                tracked=self.completion_tracking, held_back_ms=batch.held_back_ms)
+                                tracked=self.completion_tracking, held_back_ms=batch.held_back_ms,
+                                epochs=batch.epochs)
         if self.dead_letter.send([dead_batch_entry(message, attempts, error, now)]):
             log.error("dead-letter write failed; batch stays CLAIMED and is retried next tick",
                       extra={"batch_id": batch.batch_id, "attempts": attempts})

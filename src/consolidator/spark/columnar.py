@@ -31,6 +31,8 @@ from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason, Policy
 from consolidator.spark.buffer import BufferedEvent
 
+_ID_HEAD = b"consolidator-batch-v25:batch"  # batch.batch_id's version and kind fields
+
 
 def is_plain(policy: Policy) -> bool:
     """The columnar path models this policy (no rate limit, TTL or byte cap)."""
@@ -194,11 +196,14 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     topic_of = topic[member]
     texts = [pc.cast(pa.array(c), pa.string()) for c in (partition[member], offset[member])]
     topic_json = pa.array([orjson.dumps(t).decode() for t in chunk.topics], pa.string()).take(topic_of)
-    line = pc.binary_join_element_wise(pa.array(chunk.topics, pa.string()).take(topic_of), *texts, "\t")
+    # batch-id fields (batch.batch_id): length-prefixed topic, epoch (0 here), partition, offset
+    lengths = [pc.cast(pc.binary_length(t), pa.string()) for t in texts]
+    topic_fields = pa.array([f"{len(t.encode())}:{t}1:0" for t in chunk.topics], pa.string()).take(topic_of)
+    line = pc.binary_join_element_wise(topic_fields, lengths[0], ":", texts[0], lengths[1], ":", texts[1], "")
     member_json = pc.binary_join_element_wise('{"offset":', texts[1], ',"partition":', texts[0], ',"topic":',
                                               topic_json, "}", "")
     per_session = pa.array(np.append(0, np.cumsum(rows_per_session)).astype(np.int32))
-    lines = pc.binary_join(pa.ListArray.from_arrays(per_session, line), "\n").to_pylist()
+    lines = pc.binary_join(pa.ListArray.from_arrays(per_session, line), "").to_pylist()
     members = pc.binary_join(pa.ListArray.from_arrays(per_session, member_json), ",").to_pylist()
     # per item, the row with the newest position (rows of one item differ by month bucket)
     by_item = np.lexsort((offset[newest], partition[newest], topic[newest], item[newest], row_session))
@@ -215,6 +220,7 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     ids, bodies = [], []
     keys = chunk.group_keys
     key_json = [orjson.dumps(k).decode() for k in keys]
+    key_fields = [b"%d:%b" % (len(k.encode()), k.encode()) for k in keys]
     reasons = _REASONS.to_pylist()
     for s, (g, at, by_hard, first_at, last_at, events) in enumerate(zip(
             group[starts].tolist(), _iso(tick), hard.tolist(), _iso(ts[starts]), _iso(ts[ends - 1]),
@@ -235,7 +241,7 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
             if name is None:
                 name = sku_json[sku] = orjson.dumps(sku).decode()
             items.append(f'{{"quantity":{quantities[sku]},"sku":{name}}}')
-        bid = hashlib.sha256(f"consolidator-batch-v1\n{keys[g]}\n{lines[s]}\n".encode()).hexdigest()[:32]
+        bid = hashlib.sha256(b"%b%b%b" % (_ID_HEAD, key_fields[g], lines[s].encode())).hexdigest()[:32]
         ids.append(bid)
         bodies.append(f'{{"batch_id":"{bid}","event_count":{events},"first_event_at":"{first_at}",'
                       f'"flush_reason":"{reasons[by_hard]}","flushed_at":"{at}","group_key":{key_json[g]},'

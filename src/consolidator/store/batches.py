@@ -9,17 +9,18 @@ EXPIRED themselves). Rows marked SENT by a version before schema 7 keep that sta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import orjson
-import pymysql
 
-from consolidator.batch import Member, batch_id, fitting_prefix
+from consolidator.batch import NO_EPOCHS, Member, batch_id
 from consolidator.errors import BatchRowsGone, StoreError
 from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason, RateLimit, RateState
+from consolidator.store.claims import ClaimCursor, next_batch
 from consolidator.store.connection import Connection
+from consolidator.store.epochs import duplicate_id_refused, id_epochs
 from consolidator.store.members import member_condition, member_keys_text
 from consolidator.store.rate import Throttled, ensure_rate_row, rate_admit, rate_gate
 
@@ -34,14 +35,11 @@ class ClaimedBatch:
     members: tuple[Member, ...]
     cut: bool = False  # the claim stopped at the byte cap: the rows after it belong to the same claim
     held_back_ms: int = 0  # how long the group's rate limit held this claim back
+    epochs: Mapping[str, int] | None = field(default_factory=dict)  # the topics' epochs of its id; None: a v1 id (before schema 9)
 
 
 MEMBER_COLUMNS = ("src_topic, src_partition, src_offset, item_id, items, first_seen_ms, last_update_ms,"
                   " merged_events, record_ts_ms")
-# The claim's hot read (one per row flushed): the numbers in one text field, read by a tuple
-# cursor. The driver decodes each field in Python, so 4 fields instead of 11 halve its work.
-_CLAIM_COLUMNS = ("CONCAT_WS(' ', id, bucket, src_partition, src_offset, first_seen_ms, last_update_ms,"
-                  " merged_events, record_ts_ms), src_topic, item_id, items")
 _position, _make_member = SourcePosition._make, Member._make
 
 
@@ -61,66 +59,54 @@ def member_rows(cur, batch_id_: str, member_keys: str | None) -> tuple[Member, .
     return tuple(_member(r) for r in cur.fetchall())
 
 
-def _claim_rows_read(rows: Sequence[tuple]) -> tuple[list[str], tuple[Member, ...]]:
-    """The ``"id,bucket"`` key texts and the members of rows read with ``_CLAIM_COLUMNS``."""
-    keys, members = [], []
-    for numbers, topic, item_id, items in rows:
-        id_, bucket, partition, offset, first, last, merged, ts = map(int, numbers.split(" "))
-        keys.append(f"{id_:d},{bucket:d}")
-        members.append(_make_member((_position((topic, partition, offset)), item_id,
-                                     tuple(map(tuple, orjson.loads(items))), first, last, merged, ts)))
-    return keys, tuple(members)
-
-
 class BatchStore(Connection):
     def claim(
         self, group_key: str, reason: FlushReason, limit: int, now_ms: int, *,
         max_bytes: int | None = None, rate: RateLimit | None = None, expired_before_ms: int | None = None,
+        cursor: ClaimCursor | None = None, epochs: Mapping[str, int] = NO_EPOCHS,
     ) -> ClaimedBatch | Throttled | None:
         """Claim up to ``limit`` PENDING rows of the group, oldest first, under one batch id
         derived from their positions. Rows locked by a concurrent claimer are skipped; if any
         chosen row changed state meanwhile, nothing is claimed (B: one id per claim).
 
-        With ``max_bytes``, only the rows whose message fits (:func:`~consolidator.batch.fitting_prefix`)
-        are taken and the batch is marked ``cut``. With ``rate`` the group's rate state is checked
+        With ``max_bytes``, only the rows whose message fits (:func:`~consolidator.batch.fit_count`)
+        are taken and the batch is marked ``cut``; pass the same ``cursor`` to claim the rest of
+        the claim (``cursor.rows_left`` rows in all, ``limit`` ignored): it carries the rows read
+        and not taken, so every row of a claim is read once (``store/claims.py``). With ``rate`` the group's rate state is checked
         and updated in this same transaction (:class:`Throttled` and nothing claimed when it
         refuses). Rows whose record timestamp is before ``expired_before_ms`` are never claimed
-        into a batch (they expire instead)."""
+        into a batch (they expire instead). The batch id names the members' topics' ``epochs``
+        (:meth:`topic_epochs`); an id some batch already has raises :class:`DuplicateBatchId`
+        and claims nothing."""
+        cursor = cursor or ClaimCursor(group_key, limit)
+        if cursor.group_key != group_key:
+            raise ValueError(f"a claim cursor of {cursor.group_key!r} cannot claim for {group_key!r}")
         for _ in range(2):
             with self.transaction() as cur:
                 gate = None if rate is None else rate_gate(cur, group_key, rate, now_ms)
                 if isinstance(gate, Throttled):
                     return gate
                 if rate is None:
-                    return self._claim_rows(cur, group_key, reason, limit, now_ms, expired_before_ms, None, max_bytes)
+                    return self._claim_rows(cur, cursor, reason, now_ms, expired_before_ms, None, max_bytes, epochs)
                 if gate is not None:  # a limited claim counts (and is dated) at the rate state's time
                     state, at = gate
-                    return self._claim_rows(cur, group_key, reason, limit, at, expired_before_ms, (rate, state),
-                                            max_bytes)
+                    return self._claim_rows(cur, cursor, reason, at, expired_before_ms, (rate, state), max_bytes,
+                                            epochs)
             with self.transaction() as cur:  # the group's first limited claim: create its state row
                 ensure_rate_row(cur, group_key, now_ms)
         raise StoreError(f"rate state row of {group_key!r} still missing after it was created")
 
-    def _claim_rows(self, cur, group_key: str, reason: FlushReason, limit: int, now_ms: int,
+    def _claim_rows(self, cur, cursor: ClaimCursor, reason: FlushReason, now_ms: int,
                     expired_before_ms: int | None, rate: tuple[RateLimit, RateState] | None,
-                    max_bytes: int | None) -> ClaimedBatch | None:
-        live, cutoff = ("", ()) if expired_before_ms is None else (" AND record_ts_ms >= %s", (expired_before_ms,))
-        with cur.connection.cursor(pymysql.cursors.Cursor) as plain:  # tuples: no dict per row
-            plain.execute(
-                f"SELECT {_CLAIM_COLUMNS} FROM buffer_rows"
-                f" WHERE status = 'PENDING' AND group_key = %s{live}"
-                " ORDER BY first_seen_ms, pos_key LIMIT %s FOR UPDATE SKIP LOCKED",
-                (group_key, *cutoff, limit),
-            )
-            keys, members = _claim_rows_read(plain.fetchall())
-        if not members:
+                    max_bytes: int | None, epochs: Mapping[str, int]) -> ClaimedBatch | None:
+        group_key = cursor.group_key
+        taken = next_batch(cur, cursor, reason, now_ms, max_bytes, expired_before_ms)
+        if taken is None:
             return None
-        cut = False
-        if max_bytes is not None:
-            taken = fitting_prefix(group_key, members, reason, now_ms, max_bytes)
-            cut = taken < len(members)
-            keys, members = keys[:taken], members[:taken]
-        new_id = batch_id(group_key, (m.position for m in members))
+        rows, cut = taken
+        keys, members = [r.key for r in rows], tuple(r.member for r in rows)
+        used = id_epochs(members, epochs)
+        new_id = batch_id(group_key, (m.position for m in members), used)
         # the claim is the row's only write in a flush; the keys are integers formatted above
         updated = cur.execute(
             "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
@@ -130,12 +116,14 @@ class BatchStore(Connection):
         if updated != len(members):
             raise StoreError(f"claim of {group_key!r} raced: {updated} of {len(members)} rows still PENDING")
         held = 0 if rate is None else rate_admit(cur, group_key, rate[1], rate[0], now_ms)
-        cur.execute(
-            "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms,"
-            " held_back_ms, member_keys) VALUES (%s, %s, 'CLAIMED', %s, %s, %s, %s, %s)",
-            (new_id, group_key, str(reason), len(members), now_ms, held, member_keys_text(keys)),
-        )
-        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut=cut, held_back_ms=held)
+        with duplicate_id_refused(new_id, group_key):
+            cur.execute(
+                "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms,"
+                " held_back_ms, member_keys, id_epochs) VALUES (%s, %s, 'CLAIMED', %s, %s, %s, %s, %s, %s)",
+                (new_id, group_key, str(reason), len(members), now_ms, held, member_keys_text(keys),
+                 orjson.dumps(dict(sorted(used.items()))).decode()),
+            )
+        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut=cut, held_back_ms=held, epochs=used)
 
     def claimed_batch_ids(self, limit: int) -> list[str]:
         """CLAIMED batches, oldest claim first."""
@@ -151,7 +139,8 @@ class BatchStore(Connection):
         """The batch and its member rows, if it is CLAIMED."""
         with self.transaction() as cur:
             cur.execute(
-                "SELECT group_key, flush_reason, claimed_at_ms, attempts, held_back_ms, member_keys FROM batches"
+                "SELECT group_key, flush_reason, claimed_at_ms, attempts, held_back_ms, member_keys, id_epochs"
+                " FROM batches"
                 " WHERE batch_id = %s AND state = 'CLAIMED' AND kind = 'batch'",
                 (batch_id_,),
             )
@@ -162,6 +151,7 @@ class BatchStore(Connection):
         return ClaimedBatch(
             batch_id_, head["group_key"], FlushReason(head["flush_reason"]), head["claimed_at_ms"],
             head["attempts"], members, held_back_ms=head["held_back_ms"],
+            epochs=None if head["id_epochs"] is None else orjson.loads(head["id_epochs"]),
         )
 
     def record_failure(self, batch_id_: str, error: str) -> int | None:

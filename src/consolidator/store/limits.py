@@ -10,13 +10,17 @@ Guarantees:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from consolidator.batch import Member, batch_id
+import orjson
+
+from consolidator.batch import NO_EPOCHS, Member, batch_id
 from consolidator.errors import StoreError
 from consolidator.policy import RateLimit, RateState
 from consolidator.store.batches import MEMBER_COLUMNS, _member, member_rows
 from consolidator.store.connection import Connection
+from consolidator.store.epochs import duplicate_id_refused, id_epochs
 from consolidator.store.members import member_condition, member_keys_text
 from consolidator.store.rate import decode_recent
 
@@ -82,9 +86,11 @@ class LimitStore(Connection):
 
     # -- time-to-live ------------------------------------------------------------------------
 
-    def claim_expired(self, group_key: str, cutoff_ms: int, limit: int, now_ms: int) -> ExpiryBatch | None:
+    def claim_expired(self, group_key: str, cutoff_ms: int, limit: int, now_ms: int,
+                      epochs: Mapping[str, int] = NO_EPOCHS) -> ExpiryBatch | None:
         """Claim up to ``limit`` PENDING rows of the group whose newest event's record timestamp
-        is before ``cutoff_ms``, oldest first, under one expiry record (CLAIMED)."""
+        is before ``cutoff_ms``, oldest first, under one expiry record (CLAIMED), whose id names
+        the topics' ``epochs`` (:class:`DuplicateBatchId` when a stored record has it)."""
         with self.transaction() as cur:
             cur.execute(
                 f"SELECT id, bucket, {MEMBER_COLUMNS} FROM buffer_rows"
@@ -96,7 +102,8 @@ class LimitStore(Connection):
             if not rows:
                 return None
             members = tuple(_member(r) for r in rows)
-            new_id = batch_id(f"{EXPIRY_REASON}\n{group_key}", (m.position for m in members))
+            used = id_epochs(members, epochs)
+            new_id = batch_id(group_key, (m.position for m in members), used, kind=EXPIRY_REASON)
             keys = [f"{r['id']:d},{r['bucket']:d}" for r in rows]
             updated = cur.execute(
                 "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
@@ -105,11 +112,13 @@ class LimitStore(Connection):
             )
             if updated != len(rows):
                 raise StoreError(f"expiry of {group_key!r} raced: {updated} of {len(rows)} rows still PENDING")
-            cur.execute(
-                "INSERT INTO batches (batch_id, group_key, state, kind, flush_reason, member_count, claimed_at_ms,"
-                " member_keys) VALUES (%s, %s, 'CLAIMED', 'expiry', %s, %s, %s, %s)",
-                (new_id, group_key, EXPIRY_REASON, len(rows), now_ms, member_keys_text(keys)),
-            )
+            with duplicate_id_refused(new_id, group_key):
+                cur.execute(
+                    "INSERT INTO batches (batch_id, group_key, state, kind, flush_reason, member_count, claimed_at_ms,"
+                    " member_keys, id_epochs) VALUES (%s, %s, 'CLAIMED', 'expiry', %s, %s, %s, %s, %s)",
+                    (new_id, group_key, EXPIRY_REASON, len(rows), now_ms, member_keys_text(keys),
+                     orjson.dumps(dict(sorted(used.items()))).decode()),
+                )
         return ExpiryBatch(new_id, group_key, now_ms, members)
 
     def load_expiry(self, batch_id_: str) -> ExpiryBatch | None:

@@ -7,6 +7,7 @@ from consolidator.store.batches import BatchStore, ClaimedBatch
 from consolidator.store.buffer import BufferStore, IngestCounts
 from consolidator.store.completion import CompletionStore
 from consolidator.store.connection import ConnectionParams
+from consolidator.store.epochs import EpochStore
 from consolidator.store.limits import ExpiryBatch, LimitStore
 from consolidator.store.offsets import Mark, OffsetStore, PartitionOffset
 from consolidator.store.partitions import (
@@ -24,5 +25,6 @@ __all__ = [
 ]
 
 
-class MySQLStore(SchemaStore, BufferStore, OffsetStore, BatchStore, PartitionStore, LimitStore, CompletionStore):
+class MySQLStore(SchemaStore, BufferStore, OffsetStore, EpochStore, BatchStore, PartitionStore, LimitStore,
+                 CompletionStore):
     """One connection, used by one thread at a time. Reconnects after the server went away."""

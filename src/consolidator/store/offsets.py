@@ -18,7 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from consolidator.clock import SystemClock
 from consolidator.store.connection import Connection, _string_quoter
+from consolidator.store.epochs import move_epoch
 
 Partition = tuple[str, int]  # (topic, partition)
 
@@ -140,10 +142,11 @@ class OffsetStore(Connection):
             return [PartitionOffset(r["src_topic"], r["src_partition"], r["high_water"], r["ledger_high_water"])
                     for r in cur.fetchall()]
 
-    def reset_offsets(self, topic: str, partition: int | None = None) -> tuple[int, int]:
+    def reset_offsets(self, topic: str, partition: int | None = None, now_ms: int | None = None) -> tuple[int, int]:
         """Forget the replay state of ``topic`` (or one of its partitions): its marks and its
-        applied positions. For a recreated topic, whose offsets start again at 0. Returns
-        (marks deleted, applied positions deleted)."""
+        applied positions, and move the topic's epoch (``store/epochs.py``) in the same
+        transaction, so batches claimed from now on get ids no earlier batch has. For a recreated
+        topic, whose offsets start again at 0. Returns (marks deleted, applied positions deleted)."""
         prefix = topic.encode() + b"\x00"
         if partition is not None:
             prefix += partition.to_bytes(4, "big", signed=True)
@@ -155,6 +158,7 @@ class OffsetStore(Connection):
             )
             positions = cur.execute(
                 "DELETE FROM applied_positions WHERE LEFT(pos_key, %s) = %s", (len(prefix), prefix))
+            move_epoch(cur, topic, SystemClock().now_ms() if now_ms is None else now_ms)
         return marks, positions
 
     def replay_state_rows(self) -> dict[str, int]:

@@ -204,6 +204,22 @@ def _migrations(first_bucket: int, no_pad: str) -> list[tuple[int, str, list[str
                 "ALTER TABLE buffer_rows DROP INDEX ix_batch",
             ],
         ),
+        (
+            9,
+            "topic epochs: a batch id names its topics' epochs, so a recreated topic's claims get new ids",
+            [
+                # ``consolidator offsets reset`` moves a topic's epoch; a topic without a row is at 0.
+                """CREATE TABLE topic_epochs (
+                  src_topic VARCHAR(249) NOT NULL PRIMARY KEY,
+                  epoch INT UNSIGNED NOT NULL,
+                  moved_at_ms BIGINT NOT NULL
+                ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
+                # NULL: claimed before schema 9, its id is the v1 formula (ids already assigned stay)
+                ("ALTER TABLE batches ADD COLUMN id_epochs TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL"
+                 " COMMENT 'JSON {topic: epoch} the batch id was computed with (topics at 0 left out);"
+                 " NULL: a v1 id, claimed before schema 9'"),
+            ],
+        ),
     ]
 
 
