@@ -122,7 +122,8 @@ def ingest(
             where = f"line {p['line']}" if p["line"] is not None else str(p["source"])
             out.print(f"{where}: poison ({p['reason']}: {p['detail']}), dead-lettered", highlight=False, soft_wrap=True)
         topic_text = f" as topic {report.topic}" if report.topic else ""
-        out.print(f"{report.file}{topic_text}: {report.lines} lines, {_counts(report)}", highlight=False,
+        noun = "records" if report.format == "msk-event" else "lines"
+        out.print(f"{report.file}{topic_text}: {report.lines} {noun}, {_counts(report)}", highlight=False,
                   soft_wrap=True)
     if not report.ok:
         raise typer.Exit(EXIT_FAILED)

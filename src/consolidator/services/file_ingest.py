@@ -134,7 +134,7 @@ def ingest_file(path: Path, service: IngestService, *, file_format: FileFormat |
     finally:
         if file_format is not FileFormat.MSK_EVENT:
             handle.close()
-    report.seconds = time.monotonic() - started
+    report.seconds = round(time.monotonic() - started, 3)
     return report
 
 
