@@ -70,6 +70,21 @@ def _url(url: str, schemes: tuple[str, ...], option: str) -> str:
     return url
 
 
+def _source(bootstrap_servers: str | None, topic: str | None, input_path: str | None, input_format: str) -> None:
+    """Exactly one source, checked before Spark starts: Kafka (both options) or --input."""
+    if input_path is not None:
+        if bootstrap_servers or topic:
+            raise typer.BadParameter("read Kafka (--bootstrap-servers, --topic) or files (--input), not both",
+                                     param_hint="--input")
+        if input_format not in ("json", "parquet"):
+            raise typer.BadParameter(f"json or parquet, got {input_format!r}", param_hint="--format")
+        if "://" not in input_path and not Path(input_path).is_dir():
+            raise typer.BadParameter(f"{input_path} is not a directory", param_hint="--input")
+    elif not (bootstrap_servers and topic):
+        raise typer.BadParameter("pass --bootstrap-servers and --topic (Kafka), or --input DIR (files)",
+                                 param_hint="--bootstrap-servers")
+
+
 def _policy(*args: int, **kwargs) -> Policy:
     try:
         return Policy(*args, **kwargs)
@@ -138,8 +153,6 @@ def _ints(values: str, option: str) -> list[int]:
 
 @spark_app.command()
 def stream(
-    bootstrap_servers: Annotated[str, typer.Option("--bootstrap-servers", envvar="CONSOLIDATOR_KAFKA_BOOTSTRAP")],
-    topic: Annotated[str, typer.Option("--topic", envvar="CONSOLIDATOR_SOURCE_TOPIC")],
     sink_url: Annotated[str, typer.Option("--sink-url", envvar="CONSOLIDATOR_SINK_URL")],
     dead_letter_url: Annotated[str, typer.Option("--dead-letter-url", envvar="CONSOLIDATOR_DEAD_LETTER_URL")],
     checkpoint: Annotated[str, typer.Option("--checkpoint", help="Checkpoint directory (s3://... on EMR).")],
@@ -169,18 +182,28 @@ def stream(
     state_shards: Annotated[int, typer.Option(
         "--state-shards", min=1, help="State keys (shards of the group keys; at least the stateful stage's partitions); "
                                    "fixed for a checkpoint.")] = DEFAULT_SHARDS,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        "--bootstrap-servers", envvar="CONSOLIDATOR_KAFKA_BOOTSTRAP",
+        help="Kafka to read (e.g. what `consolidator kafka serve` printed).")] = None,
+    topic: Annotated[str | None, typer.Option("--topic", envvar="CONSOLIDATOR_SOURCE_TOPIC")] = None,
+    input_path: Annotated[str | None, typer.Option(
+        "--input", help="Instead of Kafka: a directory; each record file that appears in it is read once "
+                        "(the replay's JSON lines, or Parquet).")] = None,
+    input_format: Annotated[str, typer.Option("--format", help="Of --input: json or parquet.")] = "json",
 ) -> None:
-    """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
+    """Run the streaming aggregator until stopped (Kafka, or the files of --input, in; batches to
+    the sink URL)."""
     from consolidator.spark.session import build_session, log_progress
     from consolidator.spark.streaming import BatchWriter, StreamConfig, start
 
+    _source(bootstrap_servers, topic, input_path, input_format)
     _url(sink_url, ("kafka", "sqs", "events", "file"), "--sink-url")
     _url(dead_letter_url, ("sqs", "file"), "--dead-letter-url")
     if completion_database_url is not None:
         _url(completion_database_url, ("mysql",), "--completion-database-url")
     max_batch_bytes = _batch_cap(sink_url, max_batch_bytes)
     config = StreamConfig(
-        bootstrap_servers=bootstrap_servers, topic=topic, sink_url=sink_url, dead_letter_url=dead_letter_url,
+        bootstrap_servers=bootstrap_servers or "", topic=topic or "", sink_url=sink_url, dead_letter_url=dead_letter_url,
         checkpoint=checkpoint,
         policy=_policy(round(debounce_seconds * 1000), round(hard_window_seconds * 1000), max_batch_size,
                        _DEFAULT.tick_interval_ms, max_batch_bytes,
@@ -190,13 +213,14 @@ def stream(
         max_event_bytes=max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
         tracking_database_url=completion_database_url, state_shards=state_shards,
+        input_path=input_path, input_format=input_format,
     )
     spark = build_session("consolidator-stream", master=master)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     log_progress(spark)  # one line per micro-batch on stderr
     writer = BatchWriter(sink_url, dead_letter_url, tracking_database_url=completion_database_url)
     query = start(spark, config, writer=writer)
-    typer.echo(f"streaming {topic} -> {sink_url} (checkpoint {checkpoint}); Ctrl-C to stop", err=True)
+    typer.echo(f"streaming {input_path or topic} -> {sink_url} (checkpoint {checkpoint}); Ctrl-C to stop", err=True)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
