@@ -59,8 +59,10 @@ def test_stream_reads_record_files_as_they_appear_in_a_directory(spark, tmp_path
         if fmt == "json":
             staged.write_text("".join(json.dumps(r) + "\n" for r in rows))
         else:
-            spark.createDataFrame(rows, "topic string, partition int, offset long, timestamp long, key string, "
-                                        "value string").toPandas().to_parquet(staged)
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.Table.from_pylist(rows), staged)
         staged.rename(inbox / staged.name)  # files appear whole
 
     drop("first", range(3), "WH-1")
