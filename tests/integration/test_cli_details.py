@@ -98,8 +98,8 @@ def test_flush_seconds_prints_each_tick(env, migrated, tmp_path):
     ticks = json.loads(result.stdout)["ticks"]
     lines = [line for line in result.stderr.splitlines() if line.startswith("tick ")]
     assert len(lines) == len(ticks) >= 2
-    assert lines[0] == "tick 1: 1 published, 0 publish failures, 0 dead"
-    assert lines[1] == "tick 2: 0 published, 0 publish failures, 0 dead"
+    assert lines[0] == "tick 1: 1 published, 0 publish failures, 0 expired, 0 throttled, 0 dead"
+    assert lines[1] == "tick 2: 0 published, 0 publish failures, 0 expired, 0 throttled, 0 dead"
 
 
 def test_piped_output_is_not_wrapped_at_80_columns(env, migrated):

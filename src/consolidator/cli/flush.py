@@ -63,7 +63,7 @@ def _tick_line(number: int, report: TickReport) -> str:
     if report.skipped:
         return f"tick {number}: skipped, another flusher holds the lock"
     return (f"tick {number}: {len(report.published)} published, {report.publish_failures} publish failures, "
-            f"{report.dead} dead")
+            f"{report.expired} expired, {len(report.throttled)} throttled, {report.dead} dead")
 
 
 @app.command()
@@ -116,8 +116,10 @@ def flush(
                 out.print(f"published {b.batch_id} group={b.group_key} reason={b.reason} size={b.size} "
                           f"attempt={b.attempt}", highlight=False)
         published = sum(len(r.published) for r in reports)
+        expired = sum(r.expired for r in reports)
+        throttled = sum(len(r.throttled) for r in reports)  # due groups held back by their rate limit
         out.print(f"{len(reports)} tick(s): {published} batches published, {failures} publish failures, "
-                  f"{dead} dead", highlight=False)
+                  f"{expired} expired, {throttled} throttled, {dead} dead", highlight=False)
     if redis_down:
         say_error("Redis unreachable (flush lock); no batch was flushed in that tick",
                   f"{redis_down[-1]} -> check CONSOLIDATOR_REDIS_URL and that Redis is running")

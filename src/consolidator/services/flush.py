@@ -331,8 +331,11 @@ class FlushService:
         batch = item.batch
         report.publish_failures += 1
         self.metrics.add_metric(name="PublishFailures", unit="Count", value=1)
-        log.warning("publish failed; batch stays CLAIMED", extra={"batch_id": batch.batch_id,
-                                                                  "attempt": item.attempt, "error": error})
+        # everything an operator needs in the message itself: plain log formats drop the extras
+        log.warning("publish failed for batch %s (group %s, attempt %d); it stays CLAIMED: %s",
+                    batch.batch_id, batch.group_key, item.attempt, error,
+                    extra={"batch_id": batch.batch_id, "group_key": batch.group_key, "attempt": item.attempt,
+                           "error": error})
         try:
             failures = self.store.record_failure(batch.batch_id, error)
         except StoreError as store_error:  # not counted: the batch stays CLAIMED and is retried

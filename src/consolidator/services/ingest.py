@@ -80,6 +80,8 @@ class IngestOutcome:
     coalesced: int = 0
     replayed: int = 0
     dead_lettered: int = 0
+    # what was dead-lettered with a position this call: (position, reason, detail)
+    poison: list[tuple[SourcePosition, str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -237,6 +239,7 @@ class IngestService:
                 log.warning("poison record dead-lettered",
                             extra={"source": position.as_dict(), "reason": reason, "detail": detail})
                 outcome.dead_lettered += 1
+                outcome.poison.append((position, reason, detail))
                 settled.append(position)
         return settled
 

@@ -251,9 +251,11 @@ class AckSettings(CompletionSettings):
 class StreamSettings(_Policy, _Sink, _DeadLetter, _Fields):
     """What ``consolidator spark stream`` needs (its options override these, same names and units)."""
 
-    kafka_bootstrap: str = Field(min_length=1, pattern=r"^\S+$", description="Kafka bootstrap servers of the source")
-    source_topic: str = Field(min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$",
-                              description="the topic the streaming job reads")
+    # Kafka is the source unless the command reads files (``spark stream --input``)
+    kafka_bootstrap: str | None = Field(None, min_length=1, pattern=r"^\S+$",
+                                        description="Kafka bootstrap servers of the source")
+    source_topic: str | None = Field(None, min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$",
+                                     description="the topic the streaming job reads")
     completion_database_url: DatabaseUrl | None = Field(
         None, repr=False, description="seal Spark-built batches in this database (completion tracking)")
     completion_database_secret_arn: SecretArn | None = Field(

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from consolidator.errors import DeliveryError
+from consolidator.kafkalog import client_logging
 from consolidator.sinks import OutgoingBatch
 
 MAX_MESSAGE_BYTES = 1_000_000  # under the broker's default message.max.bytes (1,048,588)
@@ -51,6 +52,7 @@ class KafkaSink:
         self.flush_timeout_s = flush_timeout_s
         self.max_message_bytes = max_message_bytes
         config = {
+            **client_logging(),
             "bootstrap.servers": bootstrap_servers,
             "enable.idempotence": True,
             "acks": "all",

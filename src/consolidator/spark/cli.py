@@ -94,6 +94,21 @@ def _pairs(values: list[str] | None) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _source(bootstrap_servers: str | None, topic: str | None, input_path: str | None, input_format: str) -> None:
+    """Exactly one source, checked before Spark starts: Kafka (both options) or --input."""
+    if input_path is not None:
+        if bootstrap_servers or topic:
+            raise typer.BadParameter("read Kafka (--bootstrap-servers, --topic) or files (--input), not both",
+                                     param_hint="--input")
+        if input_format not in ("json", "parquet"):
+            raise typer.BadParameter(f"json or parquet, got {input_format!r}", param_hint="--format")
+        if "://" not in input_path and not Path(input_path).is_dir():
+            raise typer.BadParameter(f"{input_path} is not a directory", param_hint="--input")
+    elif not (bootstrap_servers and topic):
+        raise typer.BadParameter("pass --bootstrap-servers and --topic (Kafka), or --input DIR (files)",
+                                 param_hint="--bootstrap-servers")
+
+
 def _batch_cap(sink_url: str, configured: int | None) -> int:
     """The same byte cap as the flush function: the sink's per-message limit unless lower."""
     from consolidator.sinks import sink_from_url
@@ -190,23 +205,30 @@ def stream(
         "--state-shards", min=1, max=1_000_000,
         help="State keys (shards of the group keys; at least the stateful stage's partitions); "
              "fixed for a checkpoint.")] = DEFAULT_SHARDS,
+    input_path: Annotated[str | None, typer.Option(
+        "--input", help="Instead of Kafka: a directory; each record file that appears in it is read once "
+                        "(the replay's JSON lines, or Parquet).")] = None,
+    input_format: Annotated[str, typer.Option("--format", help="Of --input: json or parquet.")] = "json",
 ) -> None:
-    """Run the streaming aggregator until stopped (Kafka in, batches to the sink URL)."""
+    """Run the streaming aggregator until stopped (Kafka, or the files of --input, in; batches to
+    the sink URL)."""
     from consolidator.settings import StreamSettings
 
     s = _settings(StreamSettings, locals(), rename={"bootstrap_servers": "kafka_bootstrap", "topic": "source_topic"})
+    _source(s.kafka_bootstrap, s.source_topic, input_path, input_format)
     from consolidator.spark.session import build_session, log_progress
     from consolidator.spark.streaming import BatchWriter, StreamConfig, start
 
     cap = _batch_cap(s.sink_url, s.max_batch_bytes)
     config = StreamConfig(
-        bootstrap_servers=s.kafka_bootstrap, topic=s.source_topic, sink_url=s.sink_url,
+        bootstrap_servers=s.kafka_bootstrap or "", topic=s.source_topic or "", sink_url=s.sink_url,
         dead_letter_url=s.dead_letter_url, checkpoint=checkpoint,
         policy=dataclasses.replace(s.policy(), max_batch_bytes=cap), names=s.field_names(),
         max_event_bytes=s.max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
         tracking_database_url=s.completion_database_url,
         tracking_database_secret_arn=s.completion_database_secret_arn, state_shards=state_shards,
+        input_path=input_path, input_format=input_format,
     )
     spark = build_session("consolidator-stream", master=master)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -214,8 +236,8 @@ def stream(
     writer = BatchWriter(s.sink_url, s.dead_letter_url, tracking_database_url=s.completion_database_url,
                          tracking_database_secret_arn=s.completion_database_secret_arn)
     query = start(spark, config, writer=writer)
-    typer.echo(f"streaming {s.source_topic} -> {masked(s.sink_url)} (checkpoint {checkpoint}); Ctrl-C to stop",
-               err=True)
+    typer.echo(f"streaming {input_path or s.source_topic} -> {masked(s.sink_url)} (checkpoint {checkpoint});"
+               " Ctrl-C to stop", err=True)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:

@@ -30,6 +30,7 @@ from pyspark.sql.datasource import (
 )
 
 from consolidator.errors import ConsolidatorError, DeliveryError
+from consolidator.kafkalog import client_logging
 
 PYTHON_KAFKA_FORMAT = "consolidator_kafka"
 SPARK_KAFKA_FORMAT = "kafka"
@@ -123,7 +124,7 @@ class _OffsetResolver:
         from confluent_kafka import Consumer
 
         if self._consumer is None:
-            self._consumer = Consumer({**self.config, "group.id": "consolidator-spark-offsets",
+            self._consumer = Consumer({**client_logging(), **self.config, "group.id": "consolidator-spark-offsets",
                                        "enable.auto.commit": False})
         return self._consumer
 
@@ -186,7 +187,7 @@ def _read_range(config: Mapping[str, str], part: KafkaRange, timeout_s: float) -
     """Every record of ``part`` in offset order; fails if the range cannot be read to its end."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    consumer = Consumer({**config, "group.id": "consolidator-spark-reader", "enable.auto.commit": False,
+    consumer = Consumer({**client_logging(), **config, "group.id": "consolidator-spark-reader", "enable.auto.commit": False,
                          "enable.partition.eof": True, "auto.offset.reset": "error"})
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
@@ -301,7 +302,7 @@ class _KafkaWrite:
     def write(self, rows: Iterator) -> WriterCommitMessage:
         from confluent_kafka import Producer
 
-        producer = Producer(self.config)
+        producer = Producer({**client_logging(), **self.config})
         errors: list[str] = []
 
         def delivered(error, message) -> None:

@@ -365,6 +365,8 @@ class StreamConfig:
     tracking_database_url: str | None = field(default=None, repr=False)
     tracking_database_secret_arn: str | None = None
     state_shards: int = DEFAULT_SHARDS  # state keys (fixed for a checkpoint, see consolidator.spark.shards)
+    input_path: str | None = None  # a local file source instead of Kafka: a directory of record files
+    input_format: str = "json"  # of input_path: json (the replay's JSON lines) or parquet
 
     @property
     def tracked(self) -> bool:
@@ -372,16 +374,20 @@ class StreamConfig:
 
 
 def start(spark, config: StreamConfig, writer=None):
-    """Start the query; returns the :class:`~pyspark.sql.streaming.StreamingQuery`."""
+    """Start the query; returns the :class:`~pyspark.sql.streaming.StreamingQuery`. Reads Kafka,
+    or with ``config.input_path`` the record files that appear in that directory."""
     from consolidator.spark.source import kafka_reader
-    from consolidator.spark.transforms import records
+    from consolidator.spark.transforms import read_record_stream, records
 
-    options = {"startingOffsets": config.starting_offsets, **dict(config.kafka_options)}
-    if config.max_offsets_per_trigger:
-        options["maxOffsetsPerTrigger"] = str(config.max_offsets_per_trigger)
-    source = kafka_reader(spark, config.bootstrap_servers, config.topic, streaming=True,
-                          prefer=config.source, options=options).load()
-    output = aggregate(records(source), config.policy, config.names, config.max_event_bytes,
+    if config.input_path is not None:
+        frame = read_record_stream(spark, config.input_path, config.input_format)
+    else:
+        options = {"startingOffsets": config.starting_offsets, **dict(config.kafka_options)}
+        if config.max_offsets_per_trigger:
+            options["maxOffsetsPerTrigger"] = str(config.max_offsets_per_trigger)
+        frame = records(kafka_reader(spark, config.bootstrap_servers, config.topic, streaming=True,
+                                     prefer=config.source, options=options).load())
+    output = aggregate(frame, config.policy, config.names, config.max_event_bytes,
                        tracked=config.tracked, shards=config.state_shards)
     return (output.writeStream.queryName("consolidator-aggregator")
             .foreachBatch(writer or BatchWriter(

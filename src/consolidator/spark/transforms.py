@@ -100,6 +100,24 @@ def read_record_files(spark: SparkSession, path: str, fmt: str = "json") -> Data
     raise ValueError(f"unsupported input format {fmt!r}: use json or parquet")
 
 
+def read_record_stream(spark: SparkSession, path: str, fmt: str = "json") -> DataFrame:
+    """The same records as :func:`read_record_files`, as a file stream: Spark's file source picks
+    up each new file in ``path`` once (files must appear whole: write elsewhere, then move them
+    in). A Parquet stream takes its schema from the files already there, so it needs one."""
+    if fmt == "json":
+        return records(spark.readStream.schema(JSON_INPUT_SCHEMA).json(path))
+    if fmt == "parquet":
+        from pyspark.errors import AnalysisException
+
+        try:
+            schema = spark.read.parquet(path).schema
+        except AnalysisException as exc:  # no file yet, or not Parquet
+            raise ValueError(f"cannot take a Parquet schema from {path}: put one file of records there "
+                             f"first ({str(exc).splitlines()[0]})") from exc
+        return records(spark.readStream.schema(schema).parquet(path))
+    raise ValueError(f"unsupported input format {fmt!r}: use json or parquet")
+
+
 # -- decode: a JVM fast path that hands everything it cannot prove valid to events.decode ------
 
 
