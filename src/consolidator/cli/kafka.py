@@ -127,7 +127,10 @@ def produce(
                 break
             sent += 1
             producer.poll(0)
-    unconfirmed = producer.flush(timeout_seconds)
+    # the delivery reports of messages that timed out arrive after message.timeout.ms: wait past it
+    unconfirmed = producer.flush(timeout_seconds + 5)
+    if unconfirmed:
+        errors.append(f"{unconfirmed} message(s) without a delivery report after {timeout_seconds + 5:g} s")
     acknowledged = sum(partitions.values())
     document = {"file": str(file), "topic": topic, "bootstrap_servers": bootstrap_servers, "produced": sent,
                 "acknowledged": acknowledged, "per_partition": dict(sorted(partitions.items())),
