@@ -81,8 +81,9 @@ class BatchStore(Connection):
         derived from their positions. Rows locked by a concurrent claimer are skipped; if any
         chosen row changed state meanwhile, nothing is claimed (B: one id per claim).
 
-        With ``max_bytes``, only the rows whose message fits (:func:`~consolidator.batch.fitting_prefix`)
-        are taken and the batch is marked ``cut``. With ``rate`` the group's rate state is checked
+        Only the rows whose message fits (:func:`~consolidator.batch.fitting_prefix`: at most
+        ``max_bytes`` when given, summed quantities within int64) are taken, and then the batch
+        is marked ``cut``. With ``rate`` the group's rate state is checked
         and updated in this same transaction (:class:`Throttled` and nothing claimed when it
         refuses). Rows whose record timestamp is before ``expired_before_ms`` are never claimed
         into a batch (they expire instead)."""
@@ -115,11 +116,9 @@ class BatchStore(Connection):
             keys, members = _claim_rows_read(plain.fetchall())
         if not members:
             return None
-        cut = False
-        if max_bytes is not None:
-            taken = fitting_prefix(group_key, members, reason, now_ms, max_bytes)
-            cut = taken < len(members)
-            keys, members = keys[:taken], members[:taken]
+        taken = fitting_prefix(group_key, members, reason, now_ms, max_bytes)  # bytes, and int64 sums
+        cut = taken < len(members)
+        keys, members = keys[:taken], members[:taken]
         new_id = batch_id(group_key, (m.position for m in members))
         # the claim is the row's only write in a flush; the keys are integers formatted above
         updated = cur.execute(
