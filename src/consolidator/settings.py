@@ -31,7 +31,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consolidator.errors import ConfigurationError
 from consolidator.events import FieldNames
-from consolidator.policy import MAX_RATE_BATCHES, Policy, RateLimit
+from consolidator.policy import MAX_RATE_BATCHES, MAX_RATE_PERIOD_MS, Policy, RateLimit
 
 ENV_PREFIX = "CONSOLIDATOR_"
 SINK_SCHEMES = ("kafka", "sqs", "events", "file")
@@ -227,7 +227,8 @@ class _Policy(BaseSettings):
         " (per-group overrides from `consolidator limits set` still apply)",
     )
     rate_limit_period_seconds: float = Field(
-        60, gt=0, description="The period of RATE_LIMIT_BATCHES (a sliding window)"
+        60, gt=0, le=MAX_RATE_PERIOD_MS / 1000,
+        description="The period of RATE_LIMIT_BATCHES (a sliding window), at most 7 days"
     )
     event_ttl_seconds: float = Field(
         21_600, ge=0,

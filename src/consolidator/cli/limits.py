@@ -21,7 +21,7 @@ from consolidator.cli.base import (
     store_for,
     wall_clock_ms,
 )
-from consolidator.policy import MAX_RATE_BATCHES, RateLimit
+from consolidator.policy import MAX_RATE_BATCHES, MAX_RATE_PERIOD_MS, RateLimit
 
 limits_app = typer.Typer(help="Per-group rate limit overrides (at most N batches per period).",
                          no_args_is_help=True)
@@ -37,7 +37,8 @@ def set_limit(
     group_key: Annotated[str, typer.Argument(help="The group key, exactly as in the events.")],
     batches: Annotated[int, typer.Option("--batches", min=1, max=MAX_RATE_BATCHES,
                                          help="At most this many batches ...")],
-    per: Annotated[float, typer.Option("--per", min=0.001, help="... in any window of this many seconds.")],
+    per: Annotated[float, typer.Option("--per", min=0.001, max=MAX_RATE_PERIOD_MS / 1000,
+                                       help="... in any window of this many seconds (at most 7 days).")],
     as_json: JsonOption = False,
 ) -> None:
     """Limit one group to BATCHES batches per PER seconds (replaces its previous override)."""
