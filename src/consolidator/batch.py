@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import orjson
 
-from consolidator.events import SourcePosition
+from consolidator.events import MAX_QUANTITY, SourcePosition
 from consolidator.policy import FlushReason, Policy
 
 SCHEMA_VERSION = 1
@@ -194,14 +194,45 @@ def prefix_fits(group_key: str, members: Sequence[Member], reason: FlushReason, 
     return fits
 
 
+def int64_prefix(members: Sequence[Member]) -> int:
+    """How many of ``members`` (claim order) the next batch takes before a quantity it sums
+    would pass ``MAX_QUANTITY`` (2**63-1): members are taken one by one, as
+    :func:`build_message` counts them (the newest row of each item), and the first that would
+    take a sku's sum over the bound starts the next batch. At least 1: ingest refuses an event
+    whose own sums go over, so a member alone always fits. Cheap when the quantities of all
+    members together fit (always, unless quantities reach 10**18 or so)."""
+    if sum([quantity for m in members for _, quantity in m.items]) <= MAX_QUANTITY:
+        return len(members)
+    newest: dict[str, Member] = {}
+    sums: dict[str, int] = {}
+    for index, member in enumerate(members):
+        current = newest.get(member.item_id)
+        if current is not None and member.position < current.position:
+            continue  # an older row of an item already taken: the sums do not change
+        change: dict[str, int] = {}
+        for sku, quantity in () if current is None else current.items:
+            change[sku] = change.get(sku, sums.get(sku, 0)) - quantity
+        for sku, quantity in member.items:
+            change[sku] = change.get(sku, sums.get(sku, 0)) + quantity
+        if any(total > MAX_QUANTITY for total in change.values()):
+            return max(index, 1)
+        sums.update(change)
+        newest[member.item_id] = member
+    return len(members)
+
+
 def fitting_prefix(
-    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int, max_bytes: int
+    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int, max_bytes: int | None
 ) -> int:
-    """How many of ``members`` (claim order) the next batch takes under the byte cap:
-    :func:`fit_count` over them, at least 1 (a member too large on its own is a batch of its
+    """How many of ``members`` (claim order) the next batch takes: at most :func:`int64_prefix`
+    (its summed quantities fit a signed 64-bit integer), and under the byte cap (``None``: no
+    cap) :func:`fit_count` over them, at least 1 (a member too large on its own is a batch of its
     own; the sink rejects it and, after ``max_attempts``, it reaches the dead-letter
     destination). While a message grows with its prefix (always, except where a later member
     of an item replaces an earlier one with fewer SKUs) this is the longest prefix that fits."""
+    members = members[:int64_prefix(members)]
+    if max_bytes is None:
+        return len(members)
     return fit_count(prefix_fits(group_key, members, reason, flushed_at_ms, max_bytes),
                      lambda m: min(m, len(members)))
 
@@ -212,8 +243,6 @@ def split_to_fit(
     """One claim's members as consecutive batches, each :func:`fitting_prefix` of what is left.
     Both engines split a claim with this rule, so they produce the same batches."""
     rest = list(members)
-    if max_bytes is None:
-        return [rest] if rest else []
     batches = []
     while rest:
         taken = fitting_prefix(group_key, rest, reason, flushed_at_ms, max_bytes)
@@ -225,7 +254,8 @@ def split_to_fit(
 def fit_claims(
     group_key: str, claims: Sequence[tuple[FlushReason, Sequence[Member]]], flushed_at_ms: int, policy: Policy
 ) -> list[tuple[FlushReason, list[Member]]]:
-    """:func:`~consolidator.policy.plan_batches` claims split under ``policy.max_batch_bytes``."""
+    """:func:`~consolidator.policy.plan_batches` claims split under ``policy.max_batch_bytes`` and
+    so that their summed quantities fit int64 (:func:`fitting_prefix`)."""
     return [(reason, batch) for reason, members in claims
             for batch in split_to_fit(group_key, members, reason, flushed_at_ms, policy.max_batch_bytes)]
 

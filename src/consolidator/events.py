@@ -26,6 +26,7 @@ from consolidator.errors import ConsolidatorError
 # times cheaper to build than frozen dataclasses on the ingest hot path.
 
 MAX_KEY_CHARS = 191  # fits a utf8mb4 VARCHAR in a unique index
+MAX_QUANTITY = 2**63 - 1  # a quantity, and every sum of quantities in a message, fits a signed 64-bit integer
 
 
 class SourcePosition(NamedTuple):
@@ -164,8 +165,27 @@ def _items(value: object, names: FieldNames) -> tuple[tuple[str, int], ...]:
         if type(quantity) is not int or quantity < 0:
             raise PoisonEvent(PoisonReason.BAD_QUANTITY,
                               f"{names.items}[{index}].{names.quantity} must be an integer >= 0, got {quantity!r}")
+        if quantity > MAX_QUANTITY:
+            raise PoisonEvent(PoisonReason.BAD_QUANTITY,
+                              f"{names.items}[{index}].{names.quantity} is over 2**63-1 (a signed 64-bit integer)")
         items.append((sku, quantity))
-    return tuple(items)
+    return _within_int64(tuple(items), names)
+
+
+def _within_int64(items: tuple[tuple[str, int], ...], names: FieldNames) -> tuple[tuple[str, int], ...]:
+    """``items`` when each sku's quantities add up to at most :data:`MAX_QUANTITY` (a batch of
+    this event alone sums them); :class:`PoisonEvent` naming the item that goes over otherwise.
+    Cheap in the common case: no sku's sum can go over when the sum of all quantities does not."""
+    if sum([quantity for _, quantity in items]) <= MAX_QUANTITY:
+        return items
+    totals: dict[str, int] = {}
+    for index, (sku, quantity) in enumerate(items):
+        totals[sku] = totals.get(sku, 0) + quantity
+        if totals[sku] > MAX_QUANTITY:
+            raise PoisonEvent(PoisonReason.BAD_QUANTITY,
+                              f"{names.items}[{index}].{names.quantity}: the quantities of {names.sku} {sku!r}"
+                              " add up to more than 2**63-1 in this event")
+    return items
 
 
 def _parse(value: bytes) -> object:
@@ -205,7 +225,7 @@ def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -
 
 _Key = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_CHARS)]
 _Sku = Annotated[str, msgspec.Meta(min_length=1)]
-_Quantity = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]  # msgspec reads bigger ones as ints, orjson as floats
+_Quantity = Annotated[int, msgspec.Meta(ge=0, le=MAX_QUANTITY)]  # bigger: the exact path names the item
 
 
 class _FastDecoders(NamedTuple):
@@ -274,10 +294,9 @@ def decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Even
             except _REFUSED:
                 document = None  # not a plain valid event: the exact path decides, with the reason
         if document is not None:
-            items = document.items
+            items = tuple([(i.sku, i.quantity) for i in document.items]) if document.items else ()
             return _new(Event, (
                 _new(SourcePosition, (record.topic, record.partition, record.offset)), record.timestamp_ms,
-                document.group_key, document.item_id,
-                tuple([(i.sku, i.quantity) for i in items]) if items else (), value,
+                document.group_key, document.item_id, _within_int64(items, names) if items else (), value,
             ))
     return decode_exact(record, names, max_event_bytes)

@@ -29,6 +29,7 @@ class FlushReason(StrEnum):
 
 
 MAX_RATE_BATCHES = 1_000  # the sliding-window log keeps one timestamp per allowed batch
+MAX_RATE_PERIOD_MS = 7 * 86_400_000  # cleanup prunes a rate state idle for longer (store/rate.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +42,8 @@ class RateLimit:
     def __post_init__(self) -> None:
         if not 1 <= self.batches <= MAX_RATE_BATCHES:
             raise ValueError(f"rate limit batches must be 1..{MAX_RATE_BATCHES}, got {self.batches}")
-        if self.period_ms <= 0:
-            raise ValueError(f"rate limit period must be positive, got {self.period_ms} ms")
+        if not 0 < self.period_ms <= MAX_RATE_PERIOD_MS:
+            raise ValueError(f"rate limit period must be 1..{MAX_RATE_PERIOD_MS} ms (7 days), got {self.period_ms} ms")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,10 @@ from moto import mock_aws
 from support import record
 from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service
 
-from consolidator.batch import build_message, encode, fit_claims
+from consolidator.batch import Member, build_message, encode, fit_claims
 from consolidator.deadletter import SqsDeadLetter, dead_batch_entry
 from consolidator.errors import ConfigurationError
-from consolidator.events import FieldNames, decode
+from consolidator.events import FieldNames, SourcePosition, decode
 from consolidator.policy import FlushReason, Policy
 from consolidator.services.flush_setup import batch_bytes_cap
 from consolidator.sinks import OutgoingBatch, sink_from_url
@@ -166,8 +166,9 @@ def test_spark_buffer_splits_the_same_way_as_the_mysql_flush(store, clock, tmp_p
     assert len(spark) > 3
 
 
-def test_fit_claims_without_a_cap_changes_nothing():
-    claims = [(FlushReason.IDLE, [object()])]
+def test_fit_claims_without_a_cap_changes_nothing_while_sums_fit_int64():
+    members = [Member(SourcePosition("t", 0, i), f"o{i}", (("S", 10**18),), 0, 0) for i in range(3)]
+    claims = [(FlushReason.IDLE, members)]
     assert fit_claims("WH-1", claims, 0, Policy()) == claims
 
 

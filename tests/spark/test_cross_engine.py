@@ -3,6 +3,7 @@ manual clock) and the Spark replay produce identical batches from one event hist
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -196,3 +197,40 @@ def test_renamed_fields_and_environment_policy_give_identical_batches_on_both_en
     assert {m["batch_id"]: m for m in spark_batches} == {m["batch_id"]: m for m in lambda_batches}
     assert {b["flush_reason"] for b in spark_batches} >= {"idle", "full"}
     assert sum(len(m["members"]) for m in spark_batches) > len(records) // 2  # the renamed events were batched
+
+
+def big_history() -> list[KafkaRecord]:
+    """Orders of one warehouse whose quantities of one sku add up past 2**63-1 within a claim
+    (4 * 10**18 each, a valid event on its own), next to ordinary ones, and one item that comes
+    back with a small quantity (its newest row counts)."""
+    records = []
+    for offset in range(14):
+        quantity = 4 * 10**18 if offset % 3 else 7
+        order = "O-BACK" if offset in (2, 11) else f"O{offset}"
+        value = json.dumps({"location_id": "WH-BIG", "order_id": order,
+                            "items": [{"sku": "S", "quantity": quantity if offset != 11 else 1},
+                                      {"sku": "T", "quantity": offset}]}).encode()
+        records.append(KafkaRecord("orders", offset % 2, offset // 2, START + offset * 7_000, b"WH-BIG", value))
+    return records
+
+
+@pytest.mark.parametrize("policy", [POLICY, dataclasses.replace(POLICY, max_batch_size=10, max_batch_bytes=100_000)],
+                         ids=["columnar", "reference"])
+def test_identical_batches_split_where_a_sum_would_pass_int64(spark, store, tmp_path, policy):
+    from consolidator.events import MAX_QUANTITY
+    from consolidator.spark.replay import NamedPolicy, replay
+    from consolidator.spark.transforms import records as to_records
+
+    records = big_history()
+    lambda_batches, _ = serverless(records, store, tmp_path, policy)
+    frame = to_records(spark.createDataFrame(
+        [(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value) for r in records],
+        "topic string, partition int, offset long, timestamp long, key binary, value binary"))
+    result = replay(frame, [NamedPolicy("big", policy)]).collect()
+    spark_batches = {m["batch_id"]: m for m in (json.loads(r["body"]) for r in result if r["kind"] == "batch")}
+
+    assert spark_batches == {m["batch_id"]: m for m in lambda_batches}
+    quantities = [i["quantity"] for m in lambda_batches for i in m["items"]]
+    assert max(quantities) <= MAX_QUANTITY < 3 * 4 * 10**18  # a Java long holds every sum; three do not fit one
+    assert len(records) - 1 <= sum(len(m["members"]) for m in lambda_batches) <= len(records)  # none lost
+    assert len(lambda_batches) > len(records) // policy.max_batch_size  # claims were split

@@ -23,8 +23,9 @@ CANONICAL = [
     '{"location_id":"Entrepôt 7","order_id":"Ω-9","items":[{"sku":"ß😀","quantity":0},{"sku":"T","quantity":9}]}'
     .encode(),
     json.dumps({"location_id": "W" * 191, "order_id": "é" * 191}, ensure_ascii=False, separators=(",", ":")).encode(),
-    # JSON punctuation inside strings, DEL, the largest quantity the fast path reads
-    (b'{"location_id":"W[{1}]:,","order_id":"A]}","items":[{"sku":"a}1]","quantity":999999999999999999},'
+    # JSON punctuation inside strings, DEL, the largest quantity the fast path reads at MAX_BYTES
+    # (16 digits: no list of items a 4 KiB value holds can sum past int64)
+    (b'{"location_id":"W[{1}]:,","order_id":"A]}","items":[{"sku":"a}1]","quantity":9999999999999999},'
      b'{"sku":"{\x7f,","quantity":0}]}'),
     b'{"location_id":"W","order_id":"A","items":[{"sku":"a},{b","quantity":1},{"sku":"c","quantity":2}]}',
 ]
@@ -69,6 +70,7 @@ UNUSUAL = [
     b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":1,"price":2}]}',
     b'{"LOCATION_ID":"X","location_id":"W","order_id":"A"}',
     b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":1000000000000000000}]}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":10000000000000000}]}',  # 17 digits
     b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":-0}]}',
     # a second list after the items
     b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":1}],"x":[{"sku":"T","quantity":2}]}',
@@ -204,3 +206,34 @@ def test_a_long_items_list_is_proven_without_overflowing_the_stack(spark):
     event = decode(KafkaRecord("t", 0, 0, 0, None, value), NAMES, 1 << 20)
     assert got["ok"] and json.loads(got["items"]) == [list(i) for i in event.items]
     assert (got["group_key"], got["item_id"]) == (event.group_key, event.item_id)
+
+
+# Within int64 each, over it together (10 items of 10**18 - 1 for one sku), or over it alone.
+OVER_INT64 = [
+    b'{"location_id":"W","order_id":"A","items":[' + b",".join([b'{"sku":"S","quantity":999999999999999999}'] * 10)
+    + b"]}",
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"S","quantity":9223372036854775808}]}',
+    b'{"location_id":"W","order_id":"A","items":[{"sku":"T","quantity":1},{"sku":"S","quantity":18446744073709551615}]}',
+]
+
+
+def test_quantities_and_sums_beyond_int64_are_poison_on_both_engines(spark, decoded):
+    """Java consumers read quantities as longs: the fast path never accepts what could overflow
+    one, and the Python decode it hands them to names the item that goes over."""
+    got, kept = decoded(spark, OVER_INT64)
+    paths = ["items[9].quantity", "items[0].quantity", "items[1].quantity"]
+    for (group, _, _, reason, detail), path in zip(got, paths, strict=True):
+        assert (group, reason) == ("", "bad_quantity") and path in detail and "2**63-1" in detail, detail
+    assert got == [expected(v) for v in OVER_INT64] and kept == OVER_INT64
+    assert proven(spark, OVER_INT64) == [False] * len(OVER_INT64)
+
+
+def test_the_fast_path_reads_fewer_digits_where_more_items_fit():
+    from consolidator.events import MAX_QUANTITY
+    from consolidator.spark.transforms import fast_schema, quantity_digits
+
+    for max_bytes in (100, 4096, 262_144, 1 << 20, 100_000_000):
+        digits = quantity_digits(fast_schema(NAMES), max_bytes)
+        most_items = max_bytes // len('{"sku":"s","quantity":0},')
+        assert (10**digits - 1) * most_items <= MAX_QUANTITY  # every sum of a value this size fits
+        assert digits == 18 or (10 ** (digits + 1) - 1) * most_items > MAX_QUANTITY  # and no digit more

@@ -93,3 +93,29 @@ def test_bucket_is_utc_month_of_record_timestamp():
     assert bucket_of(1_795_000_000_000) == 202611
     assert bucket_of(1_798_761_599_999) == 202612  # 2026-12-31T23:59:59.999Z
     assert bucket_of(1_798_761_600_000) == 202701
+
+
+def _with_items(*quantities: int, skus: str = "S") -> bytes:
+    items = [{"sku": skus[i % len(skus)], "quantity": q} for i, q in enumerate(quantities)]
+    return json.dumps({"location_id": "W", "order_id": "A", "items": items}).encode()
+
+
+@pytest.mark.parametrize("value, path", [
+    (_with_items(2**63), "items[0].quantity"),  # read as an integer by both JSON parsers
+    (_with_items(1, 2**64 - 1), "items[1].quantity"),
+    (_with_items(2**62, 2**62 - 1, 1), "items[2].quantity"),  # each fits; their sum for one sku does not
+    (_with_items(*[999_999_999_999_999_999] * 10), "items[9].quantity"),  # short enough for any fast path
+])
+def test_quantities_and_their_sums_beyond_int64_are_poison_with_the_path(value, path):
+    """A Java consumer reads quantities as longs: nothing that overflows one is ever published."""
+    with pytest.raises(PoisonEvent) as raised:
+        decode(KafkaRecord("t", 0, 0, 0, None, value), FieldNames(), 262_144)
+    assert raised.value.reason == PoisonReason.BAD_QUANTITY
+    assert path in raised.value.detail and "2**63-1" in raised.value.detail
+
+
+def test_int64_sums_are_per_sku_and_the_largest_fit():
+    top = 2**63 - 1
+    for value in (_with_items(top), _with_items(top, top, skus="ST"), _with_items(top - 1, 1)):
+        event = decode(KafkaRecord("t", 0, 0, 0, None, value), FieldNames(), 262_144)
+        assert sum(q for _, q in event.items) >= top

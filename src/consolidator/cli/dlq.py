@@ -98,8 +98,9 @@ def dlq_list(
     as_json: JsonOption = False,
     limit: Annotated[int, typer.Option(help="Read at most this many entries.")] = 100,
 ) -> None:
-    """Poison events in the dead-letter destination and DEAD batches in the buffer. An entry
-    written more than once (same source position or batch id) is shown once, with its count.
+    """Poison events, expired rows and dead batches in the dead-letter destination, and DEAD
+    batches in the buffer. An entry written more than once (same idempotency key: kind and
+    source position, or batch id) is shown once, with its count.
     (On SQS, listing receives the messages: they reappear after the visibility timeout.)"""
     s = load_settings("IngestSettings")
     entries = _distinct([entry for entry, _ in _read_dead_letter(s.dead_letter_url, limit)])

@@ -41,7 +41,7 @@ def _group_key(value: str) -> str:
 
 
 def _period(value: float) -> float:
-    """The same bounds as CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS (finite, 1 ms to 31 days)."""
+    """The same bounds as CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS (finite, 1 ms to 7 days)."""
     from consolidator.settings import check_setting
 
     try:

@@ -9,6 +9,11 @@ Guarantees:
   an unsent row;
 - a refused drop is reported with the number of unsent rows that blocked it;
 - idempotent: a second run at the same time creates and drops nothing.
+- retention of the bookkeeping: a ``batches`` row goes once it was claimed before the first
+  month kept and none of its member rows is left (never a CLAIMED batch, never a DEAD one with
+  live rows: a redrive can still revive it); a group's rate state goes once it has been idle
+  since then and for longer than any rate window (:data:`~consolidator.policy.MAX_RATE_PERIOD_MS`),
+  so no state still inside its window is pruned. Each count is reported.
 - completion trackers (when ``completion_max_age_ms`` is set): those whose completion was
   published go with the partitions (sealed before the first month kept); those of DEAD
   batches, and those never completed within ``completion_max_age_ms``, are removed; each
@@ -22,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 from consolidator.clock import Clock
 from consolidator.events import bucket_of, months_after
+from consolidator.policy import MAX_RATE_PERIOD_MS
 from consolidator.services.ingest import MetricsRecorder, NoMetrics
 from consolidator.store.mysql import MySQLStore, PartitionInfo
 
@@ -41,6 +47,8 @@ class CleanupReport:
     dropped: list[str] = field(default_factory=list)
     refused: list[RefusedDrop] = field(default_factory=list)
     trackers_removed: dict[str, int] = field(default_factory=dict)  # finished, dead, orphaned
+    batches_pruned: int = 0  # batch rows whose member rows all went with their partitions
+    rate_states_pruned: int = 0  # rate states idle since before the first month kept
 
     @property
     def changed(self) -> bool:
@@ -48,6 +56,11 @@ class CleanupReport:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def _month_start_ms(bucket: int) -> int:
+    """Epoch milliseconds of the first moment of month ``bucket`` (YYYYMM, UTC)."""
+    return calendar.timegm((bucket // 100, bucket % 100, 1, 0, 0, 0)) * 1000
 
 
 def expired(partition: PartitionInfo, keep_from: int) -> bool:
@@ -103,7 +116,7 @@ class CleanupService:
         report = report or self.plan()
         if self.completion_max_age_ms is None:
             return report
-        keep_from_ms = calendar.timegm((report.keep_from // 100, report.keep_from % 100, 1, 0, 0, 0)) * 1000
+        keep_from_ms = _month_start_ms(report.keep_from)
         report.trackers_removed = {
             "finished": self.store.delete_trackers("finished", keep_from_ms),
             "dead": self.store.delete_trackers("dead", 0),
@@ -111,9 +124,21 @@ class CleanupService:
         }
         return report
 
+    def prune(self, report: CleanupReport | None = None) -> CleanupReport:
+        """Prune what the dropped partitions leave behind (see the module docstring): the
+        ``batches`` rows claimed before the first month kept whose member rows are all gone, and
+        the rate states idle since then (longer than any rate window)."""
+        report = report or self.plan()
+        keep_from_ms = _month_start_ms(report.keep_from)
+        report.batches_pruned = self.store.prune_batches(keep_from_ms)
+        report.rate_states_pruned = self.store.prune_rate_states(min(keep_from_ms,
+                                                                     self.clock.now_ms() - MAX_RATE_PERIOD_MS))
+        return report
+
     def run(self) -> CleanupReport:
-        """Ensure future partitions first (so the current month always has one), then drop."""
-        report = self.remove_trackers(self.drop_expired(self.ensure()))
+        """Ensure future partitions first (so the current month always has one), then drop, then
+        prune what the drops left behind."""
+        report = self.prune(self.remove_trackers(self.drop_expired(self.ensure())))
         if report.trackers_removed:
             self.metrics.add_metric(name="OrphanedTrackersRemoved", unit="Count",
                                     value=report.trackers_removed["orphaned"])
@@ -122,6 +147,8 @@ class CleanupService:
             ("PartitionsDropped", len(report.dropped)),
             ("PartitionDropsRefused", len(report.refused)),
             ("UnsentRowsBlockingDrops", sum(r.unsent_rows for r in report.refused)),
+            ("BatchRowsPruned", report.batches_pruned),
+            ("RateStatesPruned", report.rate_states_pruned),
         ):
             self.metrics.add_metric(name=name, unit="Count", value=value)
         return report

@@ -2,9 +2,10 @@
 
 Guarantees (docs/semantics.md section 7): expiry is never silent and never loses a row before the
 dead-letter write is confirmed. Expired rows are claimed under an expiry record (CLAIMED), one
-dead-letter entry per row (reason ``expired``) is written, and only a confirmed write moves
-them to EXPIRED. A failed write leaves them CLAIMED; the flush's re-publish step settles them
-on a later tick, so an entry can reach the dead-letter destination twice, never zero times.
+dead-letter entry per row (reason ``expired``) is written, and each confirmed entry moves its own
+row to EXPIRED (the record follows when its last row does). A refused entry leaves its row
+CLAIMED, and only it; the flush's re-publish step settles it on a later tick, so an entry can
+reach the dead-letter destination twice, never zero times.
 """
 
 from __future__ import annotations
@@ -53,24 +54,28 @@ class Expiry:
                 return claimed, expired
 
     def settle(self, expiry: ExpiryBatch) -> int:
-        """Dead-letter the rows of a CLAIMED expiry record, then mark them EXPIRED. Returns the rows
-        marked (0 when the write or the mark failed: retried on a later tick)."""
+        """Dead-letter the CLAIMED rows of an expiry record, then mark each confirmed one EXPIRED
+        on its own: an entry the destination refused stays CLAIMED (retried on a later tick)
+        and never holds back its neighbours. Returns the rows marked."""
         now = self.clock.now_ms()
         entries = [expired_entry(expiry.group_key, m, expiry.claimed_at_ms, now) for m in expiry.members]
-        if self.dead_letter.send(entries):
-            log.error("dead-letter write of expired rows failed; they stay CLAIMED and are retried next tick",
+        failed = self.dead_letter.send(entries)
+        if failed:
+            log.error("dead-letter write of expired rows failed; those rows stay CLAIMED and are retried next tick",
                       extra={"batch_id": expiry.batch_id, "group_key": expiry.group_key,
-                             "rows": len(expiry.members)})
+                             "rows": len(failed), "of": len(expiry.members)})
+        confirmed = [m.position for i, m in enumerate(expiry.members) if i not in failed]
+        if not confirmed:
             return 0
         try:
-            marked = self.store.mark_expired(expiry.batch_id, now)
+            marked = self.store.mark_expired(expiry.batch_id, now, confirmed)
         except StoreError as error:
             log.error("dead-lettered expired rows not marked EXPIRED; retried next tick (duplicate entries possible)",
                       extra={"batch_id": expiry.batch_id, "error": str(error)})
             return 0
         if not marked:
             return 0
-        self.metrics.add_metric(name="EventsExpired", unit="Count", value=len(expiry.members))
+        self.metrics.add_metric(name="EventsExpired", unit="Count", value=marked)
         log.warning("rows over the event TTL sent to the dead-letter destination",
-                    extra={"batch_id": expiry.batch_id, "group_key": expiry.group_key, "rows": len(expiry.members)})
-        return len(expiry.members)
+                    extra={"batch_id": expiry.batch_id, "group_key": expiry.group_key, "rows": marked})
+        return marked

@@ -194,7 +194,7 @@ class FlushService:
                 if len(outbox) >= self.publish_chunk:
                     self._deliver(outbox, report)
                     outbox = []
-                if batch.cut:  # split under max_batch_bytes: the claim goes on, same reason
+                if batch.cut:  # split under max_batch_bytes or int64 sums: the claim goes on, same reason
                     limit -= len(batch.members)
                     if limit > 0:
                         continue

@@ -230,7 +230,8 @@ class IngestService:
             return []
         failed = self.dead_letter.send([entry for _, entry, _, _ in fresh])
         settled = []
-        for index, (position, _, reason, detail) in enumerate(fresh):
+        for index, (position, entry, reason, _) in enumerate(fresh):
+            detail = entry.get("detail")  # bounded in the entry: a log line never quotes a 120 KB value
             if index in failed:
                 log.error("dead-letter write failed; record will be retried",
                           extra={"source": position.as_dict(), "reason": reason})

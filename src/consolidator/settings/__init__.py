@@ -18,7 +18,7 @@ from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from consolidator.errors import ConfigurationError
 from consolidator.events import FieldNames
-from consolidator.policy import MAX_RATE_BATCHES, Policy, RateLimit
+from consolidator.policy import MAX_RATE_BATCHES, MAX_RATE_PERIOD_MS, Policy, RateLimit
 from consolidator.settings.base import (
     DAY_SECONDS,
     ENV_PREFIX,
@@ -77,7 +77,7 @@ __all__ = [
     "setting_field",
     "unknown_variables",
 ]
-MAX_RATE_PERIOD_SECONDS = 31 * DAY_SECONDS  # also the bound of `consolidator limits set --per`
+MAX_RATE_PERIOD_SECONDS = MAX_RATE_PERIOD_MS / 1000  # 7 days; also the bound of `consolidator limits set --per`
 
 
 class _Base(Root):
@@ -147,7 +147,7 @@ class _Policy(Root):
         " (per-group overrides from `consolidator limits set` still apply)",
     )
     rate_limit_period_seconds: Seconds = Field(
-        60, le=MAX_RATE_PERIOD_SECONDS, description="The period of RATE_LIMIT_BATCHES (a sliding window)"
+        60, le=MAX_RATE_PERIOD_SECONDS, description="The period of RATE_LIMIT_BATCHES (a sliding window), at most 7 days"
     )
     event_ttl_seconds: SecondsOrOff = Field(
         21_600, le=365 * DAY_SECONDS,

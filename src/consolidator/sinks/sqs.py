@@ -1,5 +1,7 @@
 """SQS sink: one message per batch, attributes ``batch_id`` and ``group_key``. On a FIFO
 queue (``.fifo``) the group key is the message group and the batch id the deduplication id.
+A group key SQS would refuse in an attribute or as a group id is encoded, and the message says
+so in an attribute (:mod:`consolidator.sinks.sqs_text`); the body escapes what SQS refuses.
 
 SendMessageBatch limits: at most 10 entries per call; one message and all messages of one
 call together at most 256 KiB (262,144 bytes), message attributes (name, type and value)
@@ -13,10 +15,11 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from consolidator.sinks import OutgoingBatch, chunk_by_size
+from consolidator.sinks.sqs_text import escape_json, group_id, key_attribute
 
 MAX_BATCH_BYTES = 256 * 1024  # one message, and all entries of one SendMessageBatch together
 MAX_ENTRIES = 10
-ATTRIBUTE_RESERVE = 1024  # attributes' share of a message: names, types, batch id, group key
+ATTRIBUTE_RESERVE = 2048  # attributes: names, types, batch id, group key (base64: up to 1,020), encodings
 
 
 class SqsSink:
@@ -39,16 +42,19 @@ class SqsSink:
         return size
 
     def _entry(self, index: int, batch: OutgoingBatch) -> dict:
-        entry = {
-            "Id": str(index),
-            "MessageBody": batch.body.decode(),
-            "MessageAttributes": {
-                "batch_id": {"DataType": "String", "StringValue": batch.batch_id},
-                "group_key": {"DataType": "String", "StringValue": batch.group_key},
-            },
+        key, key_encoding = key_attribute(batch.group_key)
+        attributes = {
+            "batch_id": {"DataType": "String", "StringValue": batch.batch_id},
+            "group_key": {"DataType": "String", "StringValue": key},
         }
+        if key_encoding is not None:
+            attributes["group_key_encoding"] = {"DataType": "String", "StringValue": key_encoding}
+        entry = {"Id": str(index), "MessageBody": escape_json(batch.body.decode()), "MessageAttributes": attributes}
         if self._fifo:
-            entry |= {"MessageGroupId": batch.group_key, "MessageDeduplicationId": batch.batch_id}
+            group, group_encoding = group_id(batch.group_key)
+            entry |= {"MessageGroupId": group, "MessageDeduplicationId": batch.batch_id}
+            if group_encoding is not None:
+                attributes["group_id_encoding"] = {"DataType": "String", "StringValue": group_encoding}
         return entry
 
     def publish(self, batches: Sequence[OutgoingBatch]) -> dict[int, str]:

@@ -115,10 +115,10 @@ class PendingBuffer:
             return GroupPlan([], [], [], self.rate)
         keys = {member.position: key for key, member in self.rows.items()}
         plan = plan_group(self.group_key, self.rows.values(), now_ms, policy, self.rate)
-        if policy.max_batch_bytes is not None:  # the flush's byte cap: a claim split into batches that fit
-            plan = dataclasses.replace(plan, claims=[
-                Claim(claim.reason, rows, claim.held_back_ms) for claim in plan.claims
-                for _, rows in fit_claims(self.group_key, [(claim.reason, claim.rows)], now_ms, policy)])
+        # the flush's byte cap and int64 sums: a claim split into batches that fit
+        plan = dataclasses.replace(plan, claims=[
+            Claim(claim.reason, rows, claim.held_back_ms) for claim in plan.claims
+            for _, rows in fit_claims(self.group_key, [(claim.reason, claim.rows)], now_ms, policy)])
         self.rate, self.throttled_until_ms = plan.rate, plan.throttled_until_ms
         if plan.claims or plan.expired:
             self.rows = {keys[m.position]: m for m in plan.remaining}

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from consolidator.batch import iso_ms
-from consolidator.events import SourcePosition
+from consolidator.events import MAX_QUANTITY, SourcePosition
 from consolidator.policy import FlushReason, Policy
 from consolidator.spark.buffer import BufferedEvent
 
@@ -155,7 +155,8 @@ def parse_items(text: str) -> tuple[tuple[str, int], ...]:
 def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[int]]:
     """Batches (:data:`BATCH_SCHEMA`) of every group of ``chunk`` the columnar path can simulate,
     in group then flush order, and the groups (indices) it cannot (a session reaches
-    ``max_batch_size`` rows): those must go to :func:`replay.simulate`."""
+    ``max_batch_size`` rows, or its quantities together pass int64 so that a claim may be split):
+    those must go to :func:`replay.simulate`."""
     keep = np.flatnonzero(chunk.first)
     group, ts = chunk.group[keep], chunk.ts[keep]
     topic, partition, offset = chunk.topic[keep], chunk.partition[keep], chunk.offset[keep]
@@ -215,6 +216,14 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     item_json = [orjson.dumps(name).decode() for name in chunk.item_ids]
     item_json = [item_json[i] for i in item[chosen].tolist()]
     chosen_items = chunk.items.take(keep[chosen]).to_pylist()
+    # rows that are not their item's newest (an item in two month buckets): they count toward the
+    # int64 bound below, as batch.int64_prefix counts every member of a claim
+    older = newest[by_item[~last_of_item]]
+    older_total = np.zeros(len(starts), dtype=object)
+    for s, text in zip(session[older].tolist(), chunk.items.take(keep[older]).to_pylist(), strict=True):
+        older_total[s] += sum(q for _, q in parse_items(text))
+    overflow: set[int] = set()  # groups with a session whose quantities may pass int64: simulated
+    body_groups: list[int] = []
     parsed: dict[str, tuple] = {}
     sku_json: dict[str, str] = {}
     ids, bodies = [], []
@@ -235,6 +244,9 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
                 pairs = parsed[text] = parse_items(text)
             for sku, quantity in pairs:
                 quantities[sku] = quantities.get(sku, 0) + quantity
+        if sum(quantities.values()) + older_total[s] > MAX_QUANTITY:  # batch.int64_prefix might cut
+            overflow.add(g)
+            continue
         items = []
         for sku in sorted(quantities):
             name = sku_json.get(sku)
@@ -243,11 +255,17 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
             items.append(f'{{"quantity":{quantities[sku]},"sku":{name}}}')
         bid = hashlib.sha256(b"%b%b%b" % (_ID_HEAD, key_fields[g], lines[s].encode())).hexdigest()[:32]
         ids.append(bid)
+        body_groups.append(g)
         bodies.append(f'{{"batch_id":"{bid}","event_count":{events},"first_event_at":"{first_at}",'
                       f'"flush_reason":"{reasons[by_hard]}","flushed_at":"{at}","group_key":{key_json[g]},'
                       f'"item_count":{ib - ia},"item_ids":[{",".join(item_json[ia:ib])}],'
                       f'"items":[{",".join(items)}],"last_event_at":"{last_at}",'
                       f'"members":[{members[s]}],"schema_version":1}}')
+    if overflow:
+        full[sorted(overflow)] = True
+        kept = ~full[group[starts]]
+        ids = [i for i, g in zip(ids, body_groups, strict=True) if g not in overflow]
+        bodies = [b for b, g in zip(bodies, body_groups, strict=True) if g not in overflow]
     latencies = (tick[row_session] - first_seen)[claim]  # claim order: rows of a session together
     offsets = np.append(0, np.cumsum(rows_per_session[kept])).astype(np.int32)
     columns = [pa.array(keys).take(group[starts[kept]]), pa.array(ids, pa.string()),

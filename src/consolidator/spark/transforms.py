@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from consolidator.events import MAX_KEY_CHARS, FieldNames, KafkaRecord, PoisonEvent
+from consolidator.events import MAX_KEY_CHARS, MAX_QUANTITY, FieldNames, KafkaRecord, PoisonEvent
 from consolidator.events import decode as decode_record
 from consolidator.spark.packing import POISON_GROUP
 
@@ -135,8 +135,21 @@ def fast_schema(names: FieldNames) -> T.StructType | None:
 
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')  # what a JSON string cannot hold unescaped
 _TEXT = r'[^"\\\x00-\x1f]+'  # a non-empty JSON string's contents without escapes (Java regex)
-_QUANTITY = r"(?:0|[1-9][0-9]{0,17})"  # an integer from 0 to 10**18 - 1, as JSON writes it
 _MARK = "\x01"
+
+
+def quantity_digits(schema: T.StructType, max_event_bytes: int) -> int:
+    """The most digits the fast path reads in a quantity: so many that any list of items a value
+    of ``max_event_bytes`` can hold sums to at most ``MAX_QUANTITY`` (no sku's sum in the event
+    can then go over int64). A larger quantity goes to ``events.decode``, which checks the sums."""
+    items = schema.fields[2].name
+    sku, quantity = (f.name for f in schema[items].dataType.elementType.fields)
+    shortest_entry = len(f'{{"{sku}":"s","{quantity}":0}},')
+    most_items = max(1, max_event_bytes // shortest_entry)
+    digits = 0
+    while digits < 18 and (10 ** (digits + 1) - 1) * most_items <= MAX_QUANTITY:
+        digits += 1
+    return digits
 
 
 def fast_decode(value: Column, schema: T.StructType, max_event_bytes: int) -> Column:
@@ -146,7 +159,8 @@ def fast_decode(value: Column, schema: T.StructType, max_event_bytes: int) -> Co
     The proof: the value is valid UTF-8 and matches, as a whole, the compact layout
     ``{"<group>":"g","<item>":"i"}`` or ``{"<group>":"g","<item>":"i","<items>":[e,...]}`` with
     each ``e`` ``{"<sku>":"s","<quantity>":n}``: strings without escapes or control characters,
-    ``n`` an integer from 0 to 10**18 - 1 without sign, fraction or exponent. Such a value is
+    ``n`` an integer of at most :func:`quantity_digits` digits (so the event's sums fit int64),
+    without sign, fraction or exponent. Such a value is
     JSON with just these fields, nothing duplicated and nothing after the object, which orjson
     and msgspec read to these values. Identifier lengths are checked as ``events.decode`` checks
     them (1 to :data:`MAX_KEY_CHARS` code points); a sku is never empty. Any other value (poison,
@@ -161,7 +175,9 @@ def fast_decode(value: Column, schema: T.StructType, max_event_bytes: int) -> Co
     # repetition of a group, and a list of a thousand items overflowed the executor's stack.
     layout = (rf'\A\{{{key(group)}"{_TEXT}",{key(item)}"{_TEXT}"'
               rf'(?:,{key(items)}\[[^\x00-\x1f]*\])?\}}\z')
-    entry = rf'\{{{key(sku)}"{_TEXT}",{key(quantity)}{_QUANTITY}\}}'
+    digits = quantity_digits(schema, max_event_bytes)
+    number = "0" if digits < 1 else rf"(?:0|[1-9][0-9]{{0,{digits - 1}}})"  # as JSON writes it
+    entry = rf'\{{{key(sku)}"{_TEXT}",{key(quantity)}{number}\}}'
     text = value.cast("string")
     layout_ok = (F.octet_length(value) <= max_event_bytes) & text.rlike(layout) & F.is_valid_utf8(value)
     # ids hold no '"': the group key is between the 3rd and 4th quote, the item id the 7th and 8th

@@ -70,9 +70,11 @@ class BatchStore(Connection):
         chosen row changed state meanwhile, nothing is claimed (B: one id per claim).
 
         With ``max_bytes``, only the rows whose message fits (:func:`~consolidator.batch.fit_count`)
-        are taken and the batch is marked ``cut``; pass the same ``cursor`` to claim the rest of
-        the claim (``cursor.rows_left`` rows in all, ``limit`` ignored): it carries the rows read
-        and not taken, so every row of a claim is read once (``store/claims.py``). With ``rate`` the group's rate state is checked
+        are taken, and never more than keep the summed quantities within int64
+        (:func:`~consolidator.batch.int64_prefix`); then the batch is marked ``cut``; pass the same
+        ``cursor`` to claim the rest of the claim (``cursor.rows_left`` rows in all, ``limit``
+        ignored): it carries the rows read and not taken, so every row of a claim is read once
+        (``store/claims.py``). With ``rate`` the group's rate state is checked
         and updated in this same transaction (:class:`Throttled` and nothing claimed when it
         refuses). Rows whose record timestamp is before ``expired_before_ms`` are never claimed
         into a batch (they expire instead). The batch id names the members' topics' ``epochs``

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import orjson
 import pymysql
 
-from consolidator.batch import Member, fit_count, prefix_fits
+from consolidator.batch import Member, fit_count, int64_prefix, prefix_fits
 from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason
 
@@ -132,11 +132,12 @@ def next_batch(cur, cursor: ClaimCursor, reason: FlushReason, now_ms: int, max_b
     with cur.connection.cursor(pymysql.cursors.Cursor) as plain:  # tuples: no dict per row
         pages = _Pages(plain, cursor, expired_before_ms, max_bytes)
         pages.keep_carry()
+        members = _Members(cursor)
         if max_bytes is None:
             taken = pages.have(cursor.rows_left)
         else:
-            members = _Members(cursor)
             taken = fit_count(prefix_fits(cursor.group_key, members, reason, now_ms, max_bytes), pages.have)
+        taken = int64_prefix(members[:taken]) if taken else 0  # its summed quantities fit int64
     if not taken:
         return None
     batch, cursor.carry = cursor.carry[:taken], cursor.carry[taken:]

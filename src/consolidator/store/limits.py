@@ -4,25 +4,26 @@ Guarantees:
 - overrides are read by the flush once per tick; the rate state itself is read and written in
   the claim's own transaction (``store/rate.py``);
 - expired rows are claimed under an expiry record (``batches.kind = 'expiry'``, CLAIMED) and
-  reach EXPIRED only through :meth:`LimitStore.mark_expired`, which the flush calls after the
-  dead-letter destination confirmed them: until then they stay CLAIMED and are retried.
+  reach EXPIRED only through :meth:`LimitStore.mark_expired`, which the flush calls for the rows
+  whose entries the dead-letter destination confirmed: the others stay CLAIMED and are retried.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
 
 from consolidator.batch import NO_EPOCHS, Member, batch_id
 from consolidator.errors import StoreError
+from consolidator.events import SourcePosition
 from consolidator.policy import RateLimit, RateState
 from consolidator.store.batches import MEMBER_COLUMNS, _member, member_rows
 from consolidator.store.connection import Connection
 from consolidator.store.epochs import duplicate_id_refused, id_epochs
 from consolidator.store.members import member_condition, member_keys_text
-from consolidator.store.rate import decode_recent
+from consolidator.store.rate import decode_recent, prune_rate_states
 
 EXPIRY_REASON = "expired"
 
@@ -84,6 +85,11 @@ class LimitStore(Connection):
             return {r["group_key"]: RateState(decode_recent(r["recent_ms"]), r["throttled_since_ms"])
                     for r in cur.fetchall()}
 
+    def prune_rate_states(self, idle_before_ms: int) -> int:
+        """:func:`~consolidator.store.rate.prune_rate_states` in its own transaction."""
+        with self.transaction() as cur:
+            return prune_rate_states(cur, idle_before_ms)
+
     # -- time-to-live ------------------------------------------------------------------------
 
     def claim_expired(self, group_key: str, cutoff_ms: int, limit: int, now_ms: int,
@@ -135,9 +141,11 @@ class LimitStore(Connection):
             members = member_rows(cur, batch_id_, head["member_keys"])
         return ExpiryBatch(batch_id_, head["group_key"], head["claimed_at_ms"], members)
 
-    def mark_expired(self, batch_id_: str, now_ms: int) -> bool:
-        """CLAIMED -> EXPIRED for an expiry record and its rows: call only after the dead-letter
-        destination confirmed them. False when it was not CLAIMED any more."""
+    def mark_expired(self, batch_id_: str, now_ms: int, positions: Sequence[SourcePosition] | None = None) -> int:
+        """CLAIMED -> EXPIRED for the rows of an expiry record at ``positions`` (None: all of
+        them): call only after the dead-letter destination confirmed their entries. The record
+        itself becomes EXPIRED once none of its rows is CLAIMED. Returns the rows marked (0 when
+        the record was not CLAIMED any more)."""
         with self.transaction() as cur:
             cur.execute(
                 "SELECT member_keys FROM batches WHERE batch_id = %s AND state = 'CLAIMED' AND kind = 'expiry'"
@@ -146,9 +154,19 @@ class LimitStore(Connection):
             )
             head = cur.fetchone()
             if head is None:
-                return False
-            cur.execute("UPDATE batches SET state = 'EXPIRED', finished_at_ms = %s WHERE batch_id = %s",
-                        (now_ms, batch_id_))
+                return 0
             members, args = member_condition(batch_id_, head["member_keys"])
-            cur.execute(f"UPDATE buffer_rows SET status = 'EXPIRED' WHERE {members} AND status = 'CLAIMED'", args)
-        return True
+            chosen, chosen_args = "", ()
+            if positions is not None:
+                if not positions:
+                    return 0
+                chosen = (" AND (src_topic, src_partition, src_offset) IN ("
+                          + ", ".join(["(%s, %s, %s)"] * len(positions)) + ")")
+                chosen_args = tuple(v for p in positions for v in p)
+            marked = cur.execute(f"UPDATE buffer_rows SET status = 'EXPIRED' WHERE {members} AND status = 'CLAIMED'"
+                                 + chosen, args + chosen_args)
+            cur.execute(f"SELECT COUNT(*) AS n FROM buffer_rows WHERE {members} AND status = 'CLAIMED'", args)
+            if int(cur.fetchone()["n"]) == 0:
+                cur.execute("UPDATE batches SET state = 'EXPIRED', finished_at_ms = %s WHERE batch_id = %s",
+                            (now_ms, batch_id_))
+        return int(marked)

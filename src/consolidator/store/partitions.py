@@ -1,5 +1,6 @@
 """Monthly RANGE partitions of the buffer and its applied positions: add ahead, drop only when sent.
-A row is unsent while it is PENDING, or CLAIMED under a batch that is still CLAIMED."""
+A row is unsent while it is PENDING, or CLAIMED under a batch that is still CLAIMED. The
+``batches`` rows whose member rows went with their partitions are pruned after them."""
 
 from __future__ import annotations
 
@@ -92,6 +93,31 @@ class PartitionStore(Connection):
                     cur.execute("UNLOCK TABLES")
             connection.commit()
         return unsent
+
+
+    def prune_batches(self, claimed_before_ms: int, chunk: int = 1000) -> int:
+        """Delete the ``batches`` rows whose member rows are all gone with their partitions:
+        claimed before ``claimed_before_ms``, not CLAIMED, and no member row left (so a DEAD
+        batch with live rows, which a redrive can revive, stays). ``chunk`` rows per
+        transaction; returns how many. Batches claimed before schema 8 (no member keys) stay."""
+        removed = 0
+        while True:
+            with self.transaction() as cur:
+                cur.execute(
+                    "SELECT b.batch_id FROM batches b"
+                    " WHERE b.state <> 'CLAIMED' AND b.claimed_at_ms < %s AND b.member_keys IS NOT NULL"
+                    f" AND NOT EXISTS (SELECT 1 FROM {keys_table('b')}"
+                    "   JOIN buffer_rows r ON r.id = k.id AND r.bucket = k.bucket)"
+                    " ORDER BY b.claimed_at_ms, b.batch_id LIMIT %s FOR UPDATE",
+                    (claimed_before_ms, chunk),
+                )
+                ids = [r["batch_id"] for r in cur.fetchall()]
+                if ids:
+                    marks = ", ".join(["%s"] * len(ids))
+                    removed += cur.execute(
+                        f"DELETE FROM batches WHERE batch_id IN ({marks}) AND state <> 'CLAIMED'", tuple(ids))
+            if len(ids) < chunk:
+                return removed
 
 
 def _unsent(cur, name: str) -> int:

@@ -75,3 +75,11 @@ def rate_admit(cur, group_key: str, state: RateState, limit: RateLimit, now_ms: 
         (encode_recent(admitted.recent_ms), now_ms, group_key),
     )
     return held
+
+
+def prune_rate_states(cur, idle_before_ms: int) -> int:
+    """Delete the rate state of the groups that neither claimed nor were refused since
+    ``idle_before_ms``. Safe when ``idle_before_ms`` is at least
+    :data:`~consolidator.policy.MAX_RATE_PERIOD_MS` ago: every claim time such a row holds is
+    then outside any window, and the group starts again from an empty state, as it would."""
+    return int(cur.execute("DELETE FROM group_rate_state WHERE updated_at_ms < %s", (idle_before_ms,)))

@@ -1,0 +1,67 @@
+"""What SQS accepts in a message's text fields, and how a group key is made to fit them.
+
+SQS refuses, forever, a message whose body or string attribute holds a character outside
+``#x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF``, and a FIFO
+``MessageGroupId`` that is not 1 to 128 characters of ASCII letters, digits and punctuation.
+Ingest stores any group key of 1 to 191 characters (control characters, U+FFFF included), so the
+SQS sink never sends a key raw where these rules could refuse it:
+
+- the ``group_key`` attribute holds the key itself when every character is allowed, else the
+  base64 of its UTF-8 bytes and an attribute ``group_key_encoding`` = ``base64``;
+- the FIFO group id is the key itself when it is a valid group id, else ``sha256:`` and the hex
+  SHA-256 of its UTF-8 bytes (71 characters), with an attribute ``group_id_encoding`` = ``sha256``;
+- a JSON body has every character outside the allowed set written as a ``\\uXXXX`` escape (the
+  same JSON value; in valid JSON such a character can only stand inside a string).
+
+:func:`is_sqs_text` and :func:`is_group_id` are the one statement of the rules; the tests check
+every message the sink sends with them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+
+# The XML 1.0 character set SQS documents for message bodies and string attributes.
+_SQS_TEXT = re.compile("[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*")
+_NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+# MessageGroupId: 1 to 128 of a-z, A-Z, 0-9 and the punctuation !"#$%&'()*+,-./:;<=>?@[\]^_`{|}~
+_GROUP_ID = re.compile(r"[0-9A-Za-z!-/:-@\[-`{-~]{1,128}")
+MAX_GROUP_ID_CHARS = 128
+
+BASE64 = "base64"
+SHA256 = "sha256"
+
+
+def is_sqs_text(text: str) -> bool:
+    """True when SQS accepts ``text`` as a message body or a string attribute value."""
+    return _SQS_TEXT.fullmatch(text) is not None
+
+
+def is_group_id(text: str) -> bool:
+    """True when SQS accepts ``text`` as a FIFO ``MessageGroupId`` (or deduplication id)."""
+    return _GROUP_ID.fullmatch(text) is not None
+
+
+def key_attribute(group_key: str) -> tuple[str, str | None]:
+    """The ``group_key`` attribute's value and its encoding (None: the key itself)."""
+    if group_key and is_sqs_text(group_key):
+        return group_key, None
+    return base64.b64encode(group_key.encode()).decode(), BASE64
+
+
+def group_id(group_key: str) -> tuple[str, str | None]:
+    """The FIFO group id of a group key and its encoding (None: the key itself). One key always
+    gets one id, so the messages of a group keep their order."""
+    if is_group_id(group_key):
+        return group_key, None
+    return f"{SHA256}:{hashlib.sha256(group_key.encode()).hexdigest()}", SHA256
+
+
+def escape_json(body: str) -> str:
+    """A JSON text with each character SQS refuses written as a ``\\uXXXX`` escape (every such
+    character is in the BMP, so one escape each). Unchanged, and not copied, when none is there."""
+    if is_sqs_text(body):
+        return body
+    return _NOT_SQS_TEXT.sub(lambda m: f"\\u{ord(m.group()):04x}", body)

@@ -1,0 +1,55 @@
+"""A batch's summed quantities fit a signed 64-bit integer: a claim is split where a sum would
+pass 2**63-1, by one rule both engines use (``batch.int64_prefix`` inside ``fitting_prefix``)."""
+
+from __future__ import annotations
+
+import random
+
+from consolidator.batch import Member, build_message, fit_claims, int64_prefix, split_to_fit
+from consolidator.events import MAX_QUANTITY, SourcePosition
+from consolidator.policy import FlushReason, Policy
+
+BIG = 2**62
+
+
+def member(offset: int, item: str, *items: tuple[str, int]) -> Member:
+    return Member(SourcePosition("orders", 0, offset), item, tuple(items), offset, offset)
+
+
+def sums_fit(members: list[Member]) -> bool:
+    return all(i["quantity"] <= MAX_QUANTITY for i in build_message("W", members, FlushReason.IDLE, 0)["items"])
+
+
+def test_the_member_that_would_pass_int64_starts_the_next_batch():
+    members = [member(0, "A", ("S", BIG)), member(1, "B", ("S", BIG - 1)), member(2, "C", ("S", 1)),
+               member(3, "D", ("T", 5))]
+    assert int64_prefix(members) == 2  # BIG + BIG - 1 = 2**63 - 1 fits; + 1 does not
+    batches = split_to_fit("W", members, FlushReason.IDLE, 0, None)
+    assert [[m.item_id for m in b] for b in batches] == [["A", "B"], ["C", "D"]]
+    assert all(sums_fit(b) for b in batches)
+
+
+def test_sums_count_the_newest_row_of_each_item_as_the_message_does():
+    older = member(5, "A", ("S", BIG))
+    newer = member(9, "A", ("S", 1))  # the same item in the next month: only this row counts
+    assert int64_prefix([newer, older, member(10, "B", ("S", BIG)), member(11, "C", ("S", BIG - 2))]) == 4
+    assert int64_prefix([older, newer, member(10, "B", ("S", BIG)), member(11, "C", ("S", BIG))]) == 3
+
+
+def test_small_quantities_never_split_and_a_member_alone_is_a_batch():
+    members = [member(i, f"I{i}", ("S", 10**15), ("T", 3)) for i in range(500)]
+    assert int64_prefix(members) == 500
+    assert fit_claims("W", [(FlushReason.FULL, members)], 0, Policy()) == [(FlushReason.FULL, members)]
+    assert int64_prefix([member(0, "A", ("S", MAX_QUANTITY)), member(1, "B", ("S", 1))]) == 1
+
+
+def test_random_claims_split_into_batches_whose_sums_fit():
+    rng = random.Random(5)
+    for _ in range(200):
+        # each member as ingest accepts it: its own sums fit (one entry per sku)
+        members = [member(i, f"I{rng.randrange(8)}", *[(sku, rng.choice([1, 2**61, 3 * 2**61]))
+                                                      for sku in rng.sample("ST", rng.randrange(1, 3))])
+                   for i in range(rng.randrange(1, 12))]
+        batches = split_to_fit("W", members, FlushReason.IDLE, 0, None)
+        assert [m for b in batches for m in b] == members and all(b for b in batches)
+        assert all(sums_fit(b) for b in batches)
