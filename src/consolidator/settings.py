@@ -165,6 +165,13 @@ class _Base(BaseSettings):
         None, description="Secrets Manager secret (RDS format) used when DATABASE_URL is unset"
     )
 
+    function_timeout_seconds: Seconds | None = Field(
+        None, le=900, description="The Lambda function's timeout (set by the stack); sinks wait a share of it")
+
+    @property
+    def sink_timeout_seconds(self) -> float:
+        return sink_timeout_seconds(self.function_timeout_seconds)
+
     # -- metrics (issue 10) -------------------------------------------------------------------
     environment: str = Field(
         "local", pattern=r"^[a-z][a-z0-9-]{0,20}$",
@@ -176,6 +183,18 @@ class _Base(BaseSettings):
         if not (self.database_url or self.database_secret_arn):
             raise ValueError(_NO_DATABASE)
         return self
+
+
+SINK_TIMEOUT_MAX_SECONDS = 10.0
+
+
+def sink_timeout_seconds(function_timeout_seconds: float | None) -> float:
+    """How long one publish may wait for its sink: the one rule for every sink of every function.
+    A third of the function's timeout, at most 10 s (10 s outside Lambda), so a slow destination
+    fails its messages, never the invocation that still has to record the outcome."""
+    if function_timeout_seconds is None:
+        return SINK_TIMEOUT_MAX_SECONDS
+    return min(SINK_TIMEOUT_MAX_SECONDS, function_timeout_seconds / 3)
 
 
 _NO_DATABASE = f"set {ENV_PREFIX}DATABASE_URL or {ENV_PREFIX}DATABASE_SECRET_ARN"
