@@ -44,7 +44,7 @@ class SealedBatch:
 
     @classmethod
     def of_message(cls, message: dict) -> SealedBatch:
-        """From a batch message built with ``tracked=True`` (any engine): member i is the i-th
+        """From a batch message built with an ``ack_key`` (any engine): member i is the i-th
         entry of its ``members``."""
         return cls(message["batch_id"], message["group_key"], tuple(m["item_id"] for m in message["members"]))
 
