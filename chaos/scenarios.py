@@ -61,7 +61,8 @@ SCENARIOS = {s.name: s for s in (
     Scenario("redis-kill", redis_kill_every=(0.4, 1.2)),
     Scenario("sink-outage", sink_outage_s=3.0),
     Scenario("rate-limit", rate_limit=(2, 1.0), lockless_flushers=2, flush_kill_every=(0.5, 1.5)),
-    Scenario("completion-acks", completion=True, acker_kill_p=0.2, flush_kill_every=(0.8, 2.0)),
+    Scenario("completion-acks", completion=True, acker_kill_p=0.2, flush_kill_every=(0.8, 2.0),
+             crash_after_publish_p=0.1),
 )}
 
 
@@ -359,7 +360,10 @@ class Acker:
             while indexes:
                 take = self.run.rng.randint(1, 5)
                 chunk, indexes = indexes[:take], indexes[take:]
-                self.queue.append(json.dumps({"batch_id": message["batch_id"], "members": chunk}))
+                ack = {"batch_id": message["batch_id"], "members": chunk}
+                if "ack_token" in message:  # what proves the acker received the batch
+                    ack["ack_token"] = message["ack_token"]
+                self.queue.append(json.dumps(ack))
 
     def step(self) -> bool:
         """One SQS delivery of up to 10 acks; False when there was nothing to send."""
@@ -411,3 +415,5 @@ class Acker:
 
     def faults_from_worker(self) -> None:
         self.run.faults["worker restarts"] = self.run.faults.get("worker restarts", 0) + self.worker.kills
+        if self.worker.crashes:  # the fault hook: killed right after a completion was published
+            self.run.faults["acker SIGKILL after publish"] = self.worker.crashes

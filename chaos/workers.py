@@ -6,7 +6,8 @@ scheduled event); each answer is one JSON line on the original stdout. The handl
 
 Fault hooks the parent sets in the environment (the handlers themselves are unchanged):
 - ``CHAOS_CRASH_AFTER_PUBLISH=p``: after the sink confirmed a publish, SIGKILL this process
-  with probability p (a flusher dying between publish and mark);
+  with probability p (a flusher dying between publish and mark, an acker dying right after it
+  published a completion);
 - ``CHAOS_SINK_DOWN=path``: while that file exists, every publish fails (a sink outage).
 """
 
@@ -53,7 +54,7 @@ def _install_sink_faults() -> None:
         def __getattr__(self, name: str):  # limits and anything else the sink protocol grows
             return getattr(self.inner, name)
 
-    sinks.sink_from_url = lambda url: FaultySink(real_factory(url))
+    sinks.sink_from_url = lambda url, **options: FaultySink(real_factory(url, **options))
 
 
 def main(kind: str, repo: Path) -> None:
@@ -61,7 +62,7 @@ def main(kind: str, repo: Path) -> None:
     from consolidator.lambda_context import LocalLambdaContext
 
     answers = _protocol_stream()
-    if kind == "flush":
+    if kind in ("flush", "acks"):  # the batch sink, the completion sink
         _install_sink_faults()
     module = load_handler(repo / "functions" / kind / "handler.py", f"chaos_{kind}_handler")
     answers.write(json.dumps({"ready": os.getpid()}) + "\n")

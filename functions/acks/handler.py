@@ -1,10 +1,13 @@
 """Acks Lambda: member acks from SQS -> completion trackers (partial batch failures), and on
 its schedule the sweep (re-publish pending completions, count overdue batches).
 
-One SQS record is one ack, one unit of work: Powertools ``BatchProcessor`` reports exactly the
-refused or unparsable acks as batch item failures; SQS retries them (an ack that overtook its
-batch's seal succeeds then) and moves them to the acks dead-letter queue after maxReceiveCount.
-The acks of one invocation are applied in one database transaction, before the per-record pass.
+One SQS record is one ack, one unit of work. An ack refused for good (malformed, without its
+batch's ack token, unknown batch or member) is counted once and consumed: retrying it would
+change nothing. Powertools ``BatchProcessor`` reports exactly the acks that failed (not
+applied: an unexpected error on that ack alone) as batch item failures; SQS retries them and
+moves them to the acks dead-letter queue after maxReceiveCount. The acks of one invocation are
+applied in one database transaction, before the per-record pass; completions are published
+after its commit.
 """
 
 from functools import cache
@@ -28,8 +31,8 @@ tracer = Tracer(service="consolidator-acks")
 configure_function_logging(logger)  # the SDK's loggers stay at WARNING or above
 
 
-class AckRefused(ConsolidatorError):
-    """The ack was refused (the message names the reason); SQS retries it, then dead-letters it."""
+class AckFailed(ConsolidatorError):
+    """The ack was not applied (the message says why); SQS retries it, then dead-letters it."""
 
 
 @cache
@@ -50,7 +53,7 @@ def handler(event: dict, context) -> dict:
 
     def record_handler(record: SQSRecord) -> None:
         if reason := outcome[record.message_id]:
-            raise AckRefused(reason)
+            raise AckFailed(reason)
 
     processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     return process_partial_response(event=event, record_handler=record_handler, processor=processor,

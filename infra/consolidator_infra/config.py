@@ -28,6 +28,7 @@ from consolidator.settings import check_windows, setting_field
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
 
 ACCOUNT = r"^\d{12}$"
+ACK_SENDER = r"^(\d{12}|arn:aws[\w-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+)$"
 MSK_CLUSTER_ARN = re.compile(r"^arn:aws[\w-]*:kafka:([a-z0-9-]+):(\d{12}):cluster/([\w-]+)/([\w-]+)$")
 
 
@@ -244,13 +245,28 @@ class CompletionConfig(_Model):
     max_receive_count: int = Field(5, ge=1, le=1000, description="deliveries of a refused ack before its DLQ")
     timeout_seconds: int = Field(30, ge=5, le=900)
     memory_mb: int = Field(256, ge=128, le=10_240)
+    senders: list[Annotated[str, Field(pattern=ACK_SENDER)]] = Field(
+        min_length=1, description="who may send acks: 12-digit account ids or IAM role/user ARNs; the"
+                                  " acks queue's policy refuses sqs:SendMessage to every other principal")
+    max_concurrency: int = Field(
+        5, ge=2, le=1000, description="acks function instances the SQS event source runs at most (each holds"
+                                      " one database connection): an ack flood cannot take ingest's and flush's")
+    reserved_concurrency: int = Field(
+        6, ge=1, le=1000, description="reserved for the acks function (its ceiling and its floor); >= max_concurrency"
+                                      " plus one for the sweep")
     sweep_minutes: int = Field(5, ge=1, le=60, description="how often pending completions and overdue batches are checked")
 
     @model_validator(mode="after")
     def _batching(self) -> Self:
         if self.batch_size > 10 and self.max_batching_window_seconds < 1:
             raise ValueError("batch_size above 10 needs max_batching_window_seconds >= 1 (SQS event source rule)")
+        if self.reserved_concurrency < self.max_concurrency:
+            raise ValueError("reserved_concurrency must be >= max_concurrency (else the event source is throttled)")
         return self
+
+    def sender_principal_arns(self) -> list[str]:
+        """``senders`` as principal ARN patterns (an account id: every principal of that account)."""
+        return [f"arn:aws:iam::{s}:*" if s.isdigit() else s for s in self.senders]
 
 
 class EnvironmentConfig(_Model):

@@ -109,6 +109,8 @@ class FunctionFactory(Construct):
                 "POWERTOOLS_SERVICE_NAME": f"consolidator-{name}",
                 "POWERTOOLS_METRICS_NAMESPACE": "Consolidator",
                 "POWERTOOLS_LOG_LEVEL": self._log_level,
+                # the one source of every sink's timeout (consolidator.settings.sink_timeout_seconds)
+                "CONSOLIDATOR_FUNCTION_TIMEOUT_SECONDS": str(int(timeout.to_seconds())),
                 **self._environment,
                 **environment,
             },

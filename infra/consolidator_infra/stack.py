@@ -152,6 +152,7 @@ class ConsolidatorStack(Stack):
         self.acks = self.functions.build(
             "acks", description="Member acks from SQS -> completion trackers; completion messages",
             timeout=Duration.seconds(completion.timeout_seconds), memory_mb=completion.memory_mb,
+            reserved_concurrency=completion.reserved_concurrency,
             security_group=self.network.function_group("Acks", database=True, cache=False, kafka_cidr=sink_cidr),
             environment={
                 f"{P}COMPLETION_SINK_URL": sink_url_of(completion.sink, self.config.region),

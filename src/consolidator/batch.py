@@ -4,12 +4,18 @@
 epochs only, so every engine, every retry and every replay of the same claim yields the same id.
 The JSON Schema is ``schemas/batch-v1.schema.json`` (``batch-v1.1.schema.json`` adds the optional
 ``held_back_ms`` of a rate-limited group).
+
+A batch sealed for completion tracking carries an ``ack_token``: an HMAC of its batch id under
+the deployment's ack key (stored in the database, never in a message or a log). Only who
+received the message knows it, so only a recipient can acknowledge the batch, although batch
+ids are computable.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -69,6 +75,21 @@ def batch_id_v1(group_key: str, positions: Iterable[SourcePosition]) -> str:
     return hashlib.sha256(f"consolidator-batch-v1\n{group_key}\n{lines}".encode()).hexdigest()[:32]
 
 
+def ack_token(ack_key: bytes, batch_id: str) -> str:
+    """The batch's ack token: 128 bits of HMAC-SHA256 of the batch id under ``ack_key``, hex.
+    The same on every re-publish and in every engine (a function of the key and the id only)."""
+    if len(ack_key) < 16:
+        raise ValueError("an ack key has at least 16 bytes")
+    return hmac.new(ack_key, f"consolidator-ack-v1\n{batch_id}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def ack_token_matches(ack_key: bytes, batch_id: str, token: object) -> bool:
+    """Whether ``token`` is the ack token of ``batch_id``, compared in constant time."""
+    if not isinstance(token, str):
+        return False
+    return hmac.compare_digest(ack_token(ack_key, batch_id).encode(), token.encode("utf-8", "replace"))
+
+
 @functools.lru_cache(maxsize=65_536)
 def _iso_seconds(epoch_s: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_s))
@@ -82,12 +103,13 @@ def iso_ms(epoch_ms: int) -> str:
 
 def build_message(
     group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
-    *, tracked: bool = False, held_back_ms: int = 0, epochs: Mapping[str, int] | None = NO_EPOCHS,
+    *, ack_key: bytes | None = None, held_back_ms: int = 0, epochs: Mapping[str, int] | None = NO_EPOCHS,
 ) -> dict:
     """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
-    position's items count; quantities are summed per sku across items. ``tracked``: the
-    batch is sealed for completion tracking; the message says so and each ``members`` entry
-    carries its item id (member i = i-th entry, what acks name by index). A group held back by
+    position's items count; quantities are summed per sku across items. ``ack_key`` (completion
+    tracking on): the batch is sealed for completion tracking; the message says so, carries its
+    ``ack_token`` (:func:`ack_token`), and each ``members`` entry carries its item id (member i =
+    i-th entry, what acks name by index). A group held back by
     its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1); every other message is
     exactly v1, so consumers of v1 see no change while no rate limit holds a group back.
     ``epochs``: the topics' epochs the batch id is computed with (:func:`batch_id`); ``None``
@@ -120,9 +142,10 @@ def build_message(
     }
     if held_back_ms > 0:
         message |= {"schema_minor": SCHEMA_MINOR_HELD_BACK, "held_back_ms": held_back_ms}
-    if tracked:
+    if ack_key is not None:
         item_of = {m.position: m.item_id for m in members}
         message["completion_tracking"] = True
+        message["ack_token"] = ack_token(ack_key, message["batch_id"])
         message["members"] = [{**p.as_dict(), "item_id": item_of[p]} for p in positions]
     return message
 

@@ -10,6 +10,8 @@ Guarantees a consumer can rely on:
 
 - member ``i`` is the ``i``-th entry of the batch message's ``members`` list; an ack names
   members by index or by item id (an item id acknowledges every member carrying it);
+- an ack carries the batch message's ``ack_token``: only who received the batch can
+  acknowledge it (the acks function refuses any other ack, once, without retrying it);
 - acknowledging a member twice changes nothing (a bit per member, not a counter);
 - exactly one completion message per batch in normal operation, also when several ackers
   acknowledge the last members at once; across crashes at least once, always with the same
@@ -23,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 import orjson
@@ -41,11 +43,14 @@ class AckFormatError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Ack:
-    """Acknowledge members of one batch by index (``members``) and/or by ``item_ids``."""
+    """Acknowledge members of one batch by index (``members``) and/or by ``item_ids``;
+    ``token`` is the batch message's ``ack_token`` (required on the acks queue; operators with
+    database access acknowledge without it: ``consolidator batch ack``)."""
 
     batch_id: str
     members: tuple[int, ...] = ()
     item_ids: tuple[str, ...] = ()
+    token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.batch_id, str) and len(self.batch_id) == 32
@@ -61,9 +66,13 @@ class Ack:
         for item in self.item_ids:
             if not isinstance(item, str) or not item:
                 raise AckFormatError(f"item_ids are non-empty strings, got {item!r}")
+        if self.token is not None and not isinstance(self.token, str):
+            raise AckFormatError(f"ack_token must be a string, got {type(self.token).__name__}")
 
     def as_dict(self) -> dict:
         body: dict = {"ack_version": ACK_VERSION, "batch_id": self.batch_id}
+        if self.token is not None:
+            body["ack_token"] = self.token
         if self.members:
             body["members"] = list(self.members)
         if self.item_ids:
@@ -84,13 +93,13 @@ def parse_ack(body: str | bytes) -> Ack:
         raise AckFormatError(f"ack must be a JSON object, got {type(data).__name__}")
     if data.get("ack_version", ACK_VERSION) != ACK_VERSION:
         raise AckFormatError(f"unsupported ack_version {data.get('ack_version')!r}")
-    unknown = set(data) - {"ack_version", "batch_id", "members", "item_ids"}
+    unknown = set(data) - {"ack_version", "batch_id", "ack_token", "members", "item_ids"}
     if unknown:
         raise AckFormatError(f"unknown ack fields: {', '.join(sorted(unknown))}")
     members, item_ids = data.get("members", []), data.get("item_ids", [])
     if not isinstance(members, list) or not isinstance(item_ids, list):
         raise AckFormatError("members and item_ids must be lists")
-    return Ack(data.get("batch_id"), tuple(members), tuple(item_ids))
+    return Ack(data.get("batch_id"), tuple(members), tuple(item_ids), data.get("ack_token"))
 
 
 def completion_id(batch_id: str) -> str:
@@ -166,9 +175,12 @@ class AckClient:
             client = boto3.client("sqs", region_name=host.split(".")[1] if host.count(".") >= 3 else None)
         self._client = client
 
-    def ack(self, batch_id: str, *, item_ids: Sequence[str] = (), members: Sequence[int] = ()) -> None:
-        """Acknowledge members of one batch by item id and/or by index."""
-        self.send([Ack(batch_id, tuple(members), tuple(item_ids))])
+    def ack(self, message: dict, *, item_ids: Sequence[str] = (), members: Sequence[int] = ()) -> None:
+        """Acknowledge members of one received batch ``message`` (the decoded batch message: its
+        ``batch_id`` and ``ack_token`` go into the ack) by item id and/or by index."""
+        if "ack_token" not in message:
+            raise AckFormatError(f"batch {message.get('batch_id')!r} is not tracked: its message has no ack_token")
+        self.send([Ack(message["batch_id"], tuple(members), tuple(item_ids), message["ack_token"])])
 
     def send(self, acks: Sequence[Ack]) -> None:
         """Send several acks, ten per SQS call; raises on the first chunk SQS did not fully take."""

@@ -81,3 +81,48 @@ def test_completion_alarms(env):
                       "IncompleteBatches": "IncompleteBatches", "CompletionPublishFailures": "CompletionPublishFailures"}
     for alarm in env.stack.completion.alarms.values():
         assert env.stack.resolve(alarm.node.default_child.alarm_actions)
+
+
+def test_only_the_configured_senders_may_send_acks(env):
+    """The queue policy allows the environment's senders and denies sqs:SendMessage to every
+    other principal, whatever their IAM policies say."""
+    if env.config.completion is None:
+        pytest.skip("completion tracking off in this environment")
+    completion = env.config.completion
+    queue_ref = {"Ref": env.logical_id(env.stack.completion.queue)}
+    (policy,) = [r["Properties"]["PolicyDocument"]["Statement"] for r in env.resources("AWS::SQS::QueuePolicy").values()
+                 if queue_ref in r["Properties"]["Queues"]]
+    statements = {s.get("Sid"): s for s in policy}
+    allow, deny = statements["AckSenders"], statements["OnlyAckSenders"]
+    assert allow["Effect"] == "Allow" and allow["Action"] == "sqs:SendMessage"
+    principals = allow["Principal"]["AWS"]
+    assert sorted(principals if isinstance(principals, list) else [principals]) == sorted(completion.senders)
+    assert deny["Effect"] == "Deny" and deny["Action"] == "sqs:SendMessage" and deny["Principal"] == {"AWS": "*"}
+    assert deny["Condition"] == {"ArnNotLike": {"aws:PrincipalArn": completion.sender_principal_arns()}}
+
+
+def test_an_ack_flood_holds_a_bounded_number_of_database_connections(env):
+    """The event source runs at most max_concurrency instances, within the function's reserved
+    concurrency: each holds one database connection."""
+    if env.config.completion is None:
+        pytest.skip("completion tracking off in this environment")
+    completion = env.config.completion
+    acks_id = env.logical_id(env.stack.acks)
+    (mapping,) = [r["Properties"] for r in env.resources("AWS::Lambda::EventSourceMapping").values()
+                  if r["Properties"]["FunctionName"] == {"Ref": acks_id}]
+    assert mapping["ScalingConfig"] == {"MaximumConcurrency": completion.max_concurrency}
+    assert _function(env, env.stack.acks)["ReservedConcurrentExecutions"] == completion.reserved_concurrency
+    assert completion.max_concurrency <= completion.reserved_concurrency < env.config.alarms.database_connections
+
+
+def test_every_function_tells_its_sinks_a_timeout_well_below_its_own(env):
+    from consolidator.settings import sink_timeout_seconds
+
+    for function in env.resources("AWS::Lambda::Function").values():
+        properties = function["Properties"]
+        variables = properties.get("Environment", {}).get("Variables", {})
+        if "POWERTOOLS_SERVICE_NAME" not in variables:
+            continue  # CDK's own helpers
+        declared = float(variables["CONSOLIDATOR_FUNCTION_TIMEOUT_SECONDS"])
+        assert declared == properties["Timeout"]
+        assert sink_timeout_seconds(declared) <= properties["Timeout"] / 3

@@ -56,6 +56,11 @@ def _write(tmp_path: Path, name: str, **changes) -> Path:
         ({"functions__flush_timeout_seconds": 60}, "functions.flush_timeout_seconds"),
         ({"network__vpc_id": "vpc-0abc"}, "imported VPC needs"),
         ({"unknown": 1}, "unknown"),
+        ({"completion__senders": []}, "completion.senders: List should have at least 1 item"),
+        ({"completion__senders": ["*"]}, "completion.senders.0"),
+        ({"completion__senders": ["arn:aws:iam::111111111111:root*"]}, "completion.senders.0"),
+        ({"completion__max_concurrency": 1}, "completion.max_concurrency: Input should be greater than or equal to 2"),
+        ({"completion__max_concurrency": 8, "completion__reserved_concurrency": 4}, "reserved_concurrency must be >="),
     ],
 )
 def test_invalid_environment_names_the_field(tmp_path, changes, message):

@@ -11,8 +11,9 @@ from pathlib import Path
 import boto3
 import pytest
 from moto import mock_aws
-from support import T0
+from support import T0, sql
 
+from consolidator.batch import ack_token
 from consolidator.completion import Ack, AckClient, completion_id
 from consolidator.lambda_context import LocalLambdaContext
 from consolidator.store.completion import SealedBatch
@@ -20,6 +21,7 @@ from consolidator.store.completion import SealedBatch
 ROOT = Path(__file__).resolve().parents[2]
 REGION = "eu-west-1"
 BATCH = "4f1c0d2b9a8e7f6a5b4c3d2e1f0a9b8c"  # the batch of events/sqs-acks.json
+SAMPLE_KEY = bytes(range(32))  # events/sqs-acks.json's tokens are made with this ack key
 
 
 def load_handler():
@@ -61,36 +63,66 @@ def received(client, url: str) -> list[dict]:
     return out
 
 
-def test_handler_returns_exactly_the_bad_acks_as_batch_item_failures(sqs, store, clock):
+def sealed_message(store, clock, group_key: str, batch_id: str, items: tuple[str, ...]) -> dict:
+    """What a consumer received: a tracked batch message (the fields acks use), sealed."""
+    store.seal([SealedBatch(batch_id, group_key, items)], clock.now_ms())
+    return {"batch_id": batch_id, "group_key": group_key, "completion_tracking": True,
+            "ack_token": ack_token(store.ack_key(), batch_id),
+            "members": [{"item_id": item} for item in items]}
+
+
+def test_handler_retries_nothing_it_refused_and_publishes_the_completion(sqs, store, clock):
     client, completions = sqs
-    store.seal([SealedBatch(BATCH, "WH-7", ("A001", "A002", "A003"))], clock.now_ms())
+    message = sealed_message(store, clock, "WH-7", BATCH, ("A001", "A002", "A003"))
     acks_url = client.create_queue(QueueName="acks")["QueueUrl"]
     sender = AckClient(acks_url, client=client)
-    sender.ack(BATCH, members=[0])
-    sender.ack("0" * 32, members=[0])  # unknown batch
-    sender.ack(BATCH, item_ids=["A002", "nope"])  # one unknown item: A002 applies, the ack is refused
+    sender.ack(message, members=[0])
+    sender.ack(dict(message, batch_id="0" * 32), members=[0])  # unknown batch, and not its token
+    sender.ack(message, item_ids=["A002", "nope"])  # one unknown item: A002 applies, the rest refused
     client.send_message(QueueUrl=acks_url, MessageBody="{not json")
-    sender.ack(BATCH, members=[0, 2])  # a duplicate and the last member
+    sender.ack(message, members=[0, 2])  # a duplicate and the last member
     messages = received(client, acks_url)
     assert len(messages) == 5
-    bad = {m["MessageId"] for m in messages
-           if m["Body"].startswith("{not") or '"0000' in m["Body"] or "nope" in m["Body"]}
 
     response = load_handler().handler(lambda_event(messages), LocalLambdaContext(function_name="acks"))
 
-    assert sorted(f["itemIdentifier"] for f in response["batchItemFailures"]) == sorted(bad)
+    assert response["batchItemFailures"] == []  # refused acks are final: counted once, never retried
     (completion,) = [json.loads(m["Body"]) for m in received(client, completions)]
     assert completion["batch_id"] == BATCH and completion["completion_id"] == completion_id(BATCH)
     assert store.tracker(BATCH).outbox == "PUBLISHED"
 
 
+def test_a_sender_posing_as_another_tenant_cannot_complete_its_batch(sqs, store, clock, capsys):
+    """Batch ids are computable; the token is not: the forged acks are refused, counted once
+    (AcksRefused in the handler's metrics) and consumed, the batch stays open."""
+    client, completions = sqs
+    victim = sealed_message(store, clock, "tenant-1", BATCH, ("A001", "A002"))
+    mine = sealed_message(store, clock, "tenant-2", "1" * 32, ("B001",))
+    acks_url = client.create_queue(QueueName="acks")["QueueUrl"]
+    sender = AckClient(acks_url, client=client)
+    sender.send([Ack(BATCH, members=(0, 1), token=mine["ack_token"])])  # my token, its batch id
+    client.send_message(QueueUrl=acks_url, MessageBody=json.dumps({"batch_id": BATCH, "members": [0, 1]}))
+    response = load_handler().handler(lambda_event(received(client, acks_url)),
+                                      LocalLambdaContext(function_name="acks"))
+    assert response["batchItemFailures"] == []
+    assert store.acked_members(BATCH) == [] and received(client, completions) == []
+    (emf,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    refused = emf["AcksRefused"]
+    assert sum(refused if isinstance(refused, list) else [refused]) == 2  # each forged ack once
+    sender.ack(victim, members=[0, 1])
+    load_handler().handler(lambda_event(received(client, acks_url)), LocalLambdaContext(function_name="acks"))
+    assert store.tracker(BATCH).complete
+
+
 def test_handler_on_the_sam_sample_event_and_the_schedule(sqs, store, clock):
     client, completions = sqs
     store.seal([SealedBatch(BATCH, "WH-7", ("A001", "A002", "A003"))], clock.now_ms())
+    sql(store, "UPDATE completion_keys SET ack_key = %s", (SAMPLE_KEY,))  # the key the sample was made with
     handler = load_handler()
     event = json.loads((ROOT / "events/sqs-acks.json").read_text())
+    assert all(json.loads(r["body"])["ack_token"] == ack_token(SAMPLE_KEY, BATCH) for r in event["Records"])
     response = handler.handler(event, LocalLambdaContext(function_name="acks"))
-    assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][2]["messageId"]}]}
+    assert response == {"batchItemFailures": []}  # the third ack (member 42) is refused, not retried
     assert store.tracker(BATCH).complete
     assert len(received(client, completions)) == 1
     schedule = json.loads((ROOT / "events/scheduled-acks-sweep.json").read_text())
@@ -105,3 +137,6 @@ def test_ack_client_refuses_malformed_acks_before_sending():
         Ack("a" * 32)
     with pytest.raises(ValueError, match="indexes >= 0"):
         Ack("a" * 32, members=(-1,))
+    with pytest.raises(ValueError, match="not tracked"):
+        AckClient("https://sqs.eu-west-1.amazonaws.com/123456789012/acks", client=object()).ack(
+            {"batch_id": "a" * 32}, members=[0])

@@ -17,7 +17,6 @@ from test_flush import VALIDATOR, RecordingSink, ingest, make_service, orders
 from consolidator.batch import iso_ms
 from consolidator.clock import ManualClock
 from consolidator.completion import Ack, completion_id, load_completion_schema
-from consolidator.errors import StoreUnavailable
 from consolidator.policy import Policy
 from consolidator.services.acks import AckService
 from consolidator.services.cleanup import CleanupService
@@ -172,7 +171,7 @@ def test_a_completion_lost_in_a_crash_is_republished_with_the_same_id_after_the_
     assert completion["completed_at"] == iso_ms(acked_at)  # the ack's time, not the sweep's
 
 
-def test_the_completing_ack_stores_its_completion_published_in_its_own_transaction(store, clock, tmp_path):
+def test_the_completing_ack_publishes_its_completion_and_marks_it_published(store, clock, tmp_path):
     store.seal([SealedBatch("b" * 32, "WH-1", ("A", "B"))], clock.now_ms())
     service, completions = ack_service(store, clock, tmp_path / "completions.jsonl")
     (result,) = service.ack([Ack("b" * 32, members=(0, 1))])
@@ -182,36 +181,6 @@ def test_the_completing_ack_stores_its_completion_published_in_its_own_transacti
     assert [m["batch_id"] for m in completions.messages()] == ["b" * 32]
     clock.advance(60_000)
     assert service.sweep().republished == 0  # nothing left for the sweep
-
-
-class _ConnectionLostAfterPublish(RecordingSink):
-    """Publishes, then the acker's database connection dies before its transaction commits."""
-
-    def __init__(self, path: Path, store: MySQLStore) -> None:
-        super().__init__(path)
-        self.store, self.armed = store, True
-
-    def publish(self, batches):
-        errors = super().publish(batches)
-        if self.armed:
-            self.armed = False
-            self.store._connection.close()  # the crash under test
-        return errors
-
-
-def test_a_completion_published_by_a_transaction_that_failed_is_published_again_with_the_same_id(
-        store, clock, tmp_path):
-    store.seal([SealedBatch("c" * 32, "WH-1", ("A", "B"))], clock.now_ms())
-    store.apply_acks([Ack("c" * 32, members=(0,))], clock.now_ms())
-    sink = _ConnectionLostAfterPublish(tmp_path / "completions.jsonl", store)
-    service = AckService(store, sink, clock, Metrics(), deadline_ms=600_000, lease_ms=60_000)
-    with pytest.raises(StoreUnavailable):  # the invocation fails: the ack goes back to the queue
-        service.ack([Ack("c" * 32, members=(1,))])
-    assert store.acked_members("c" * 32) == [0]  # the last ack was not stored: SQS re-delivers it
-    (result,) = service.ack([Ack("c" * 32, members=(1,))])
-    assert result.newly_acked == 1 and store.tracker("c" * 32).outbox == "PUBLISHED"
-    first, again = sink.messages()
-    assert first == again and first["completion_id"] == completion_id("c" * 32)
 
 
 def test_overdue_batches_are_counted_listed_and_cleaned_up(store, clock, tmp_path):
@@ -283,7 +252,8 @@ def test_with_tracking_off_the_flush_issues_no_tracking_statement(database_url, 
     assert len(messages) == 2 and store.statements
     touched = [s for s in store.statements if "completion" in s.lower()]
     if tracking:
-        assert [s.split("(")[0].strip() for s in touched] == ["INSERT INTO completion_trackers",
+        assert [s.split("(")[0].strip() for s in touched] == ["SELECT ack_key FROM completion_keys WHERE id = 1",
+                                                              "INSERT INTO completion_trackers",
                                                               "INSERT INTO completion_items"]
         assert all(m["completion_tracking"] for m in messages)
     else:

@@ -119,7 +119,7 @@ def test_migration_7_keeps_the_states_of_a_version_6_database(database_url, cloc
     assert raw_statuses(store) == before
 
     monkeypatch.setattr(schema, "_migrations", every)
-    assert store.migrate(T0) == [7, 8, 9]
+    assert store.migrate(T0) == [7, 8, 9, 10]
     assert store.row_counts() == before
     assert raw_statuses(store) == {"CLAIMED": 4, "PENDING": 1, "SENT": 2}, "SENT rows stay SENT; DEAD rows follow their batch"
 
@@ -153,7 +153,7 @@ def test_migration_8_keys_the_batches_still_read_and_drops_ix_batch(database_url
     partition = f"p{bucket_of(T0)}"
 
     monkeypatch.setattr(schema, "_migrations", every)
-    assert store.migrate(T0) == [8, 9]
+    assert store.migrate(T0) == [8, 9, 10]
     keys = {r["batch_id"]: r["member_keys"] for r in sql(store, "SELECT batch_id, member_keys FROM batches")}
     assert keys[ids["SENT"]] is None and keys["f" * 32] == "[]"
     for state in ("DEAD", "CLAIMED"):

@@ -22,7 +22,7 @@ from consolidator.spark.streaming import BATCH, close_destinations, deliver_part
 def tracked_message(group: str, offsets: range) -> dict:
     events = [decode(record(o, location=group, order=f"O{o}"), FieldNames(), 1 << 20) for o in offsets]
     members = [Member(e.position, e.item_id, e.items, T0, T0) for e in events]
-    return build_message(group, members, FlushReason.IDLE, T0, tracked=True)
+    return build_message(group, members, FlushReason.IDLE, T0, ack_key=bytes(range(32)))
 
 
 def rows(*messages: dict) -> list[dict]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import jsonschema
 import pytest
 
-from consolidator.batch import Member, build_message, load_schema
+from consolidator.batch import Member, ack_token, ack_token_matches, build_message, load_schema
 from consolidator.completion import (
     Ack,
     AckFormatError,
@@ -24,6 +26,7 @@ from consolidator.policy import FlushReason
 from consolidator.settings import AckSettings, FlushSettings, load_settings
 
 BATCH = "4f1c0d2b9a8e7f6a5b4c3d2e1f0a9b8c"
+KEY = bytes(range(32))
 
 
 def test_bitmap_sets_each_member_once():
@@ -65,7 +68,7 @@ def test_a_tracked_batch_message_carries_item_ids_in_member_order():
     members = [Member(SourcePosition("orders", 0, offset), item, (("SKU-1", 1),), 0, 0)
                for offset, item in ((7, "B"), (3, "A"), (9, "A"))]
     plain = build_message("WH-1", members, FlushReason.IDLE, 0)
-    tracked = build_message("WH-1", members, FlushReason.IDLE, 0, tracked=True)
+    tracked = build_message("WH-1", members, FlushReason.IDLE, 0, ack_key=KEY)
     validator = jsonschema.Draft202012Validator(load_schema())
     validator.validate(plain)
     validator.validate(tracked)
@@ -91,3 +94,36 @@ def test_completion_settings(monkeypatch):
         load_settings(AckSettings)
     assert "CONSOLIDATOR_COMPLETION_SINK_URL" in str(error.value)
     assert "CONSOLIDATOR_COMPLETION_DEADLINE_SECONDS" in str(error.value)
+
+
+def test_the_ack_token_is_an_hmac_of_the_batch_id_under_the_key_compared_in_constant_time():
+    token = ack_token(KEY, BATCH)
+    assert len(token) == 32 and int(token, 16) >= 0
+    assert token == ack_token(KEY, BATCH)  # the same on every re-publish, in every engine
+    assert token != ack_token(KEY, "0" * 32)  # another batch of the same key
+    assert token != ack_token(bytes(32), BATCH)  # the same batch under another key
+    assert token != hashlib.sha256(BATCH.encode()).hexdigest()[:32]  # not computable from the id
+    assert ack_token_matches(KEY, BATCH, token)
+    for forged in (None, "", token.upper(), token[:-1] + ("0" if token[-1] != "0" else "1"), "é" * 32, 7):
+        assert not ack_token_matches(KEY, BATCH, forged)
+    with pytest.raises(ValueError, match="16 bytes"):
+        ack_token(b"short", BATCH)
+
+
+def test_the_ack_carries_the_token_and_hides_it_from_reprs():
+    ack = Ack(BATCH, members=(0,), token="f" * 32)
+    assert parse_ack(ack.encode()) == ack and ack.as_dict()["ack_token"] == "f" * 32
+    assert "f" * 32 not in repr(ack)
+
+
+@pytest.mark.parametrize("held_back_ms", [0, 1_500])
+def test_every_tracked_message_is_valid_against_the_schema_it_names(held_back_ms):
+    """A tracked message (v1) and a tracked message of a held-back group (v1.1) both validate;
+    a tracked message without its token does not."""
+    members = [Member(SourcePosition("orders", 0, offset), f"O{offset}", (("SKU-1", 1),), 0, 0) for offset in range(3)]
+    message = build_message("WH-1", members, FlushReason.IDLE, 0, ack_key=KEY, held_back_ms=held_back_ms)
+    assert message["ack_token"] == ack_token(KEY, message["batch_id"])
+    validator = jsonschema.Draft202012Validator(load_schema("1.1" if held_back_ms else "1"))
+    validator.validate(message)
+    with pytest.raises(jsonschema.ValidationError, match="ack_token"):
+        validator.validate({k: v for k, v in message.items() if k != "ack_token"})

@@ -82,6 +82,7 @@ class FlushService:
     safety_margin_ms: int = 5_000  # no new claim when less time than this remains
     completion_tracking: bool = False  # seal batches before their first publish (issue 12)
     _epochs: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # topic epochs, this tick
+    _ack_key: bytes | None = field(default=None, init=False, repr=False)  # read once, never logged
 
     # -- the policy, read only ---------------------------------------------------------------
 
@@ -262,6 +263,7 @@ class FlushService:
             return
         try:
             failed_before = self.store.begin_publish([b.batch_id for b in batches], self.clock.now_ms())
+            ack_key = self._tracking_key()
         except StoreError as error:
             log.warning("batches not checked before publishing; they stay CLAIMED for the next tick",
                         extra={"batch_ids": [b.batch_id for b in batches], "error": str(error)})
@@ -272,8 +274,7 @@ class FlushService:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                    tracked=self.completion_tracking, held_back_ms=batch.held_back_ms,
-                                    epochs=batch.epochs)
+                                    ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs)
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
             pending.append(_Pending(batch, failed_before[batch.batch_id] + 1, encode(message),
@@ -315,6 +316,12 @@ class FlushService:
             self.metrics.add_metric(name="EventToPublishLatency", unit="Milliseconds",
                                     value=max(0, published_at - oldest))
 
+    def _tracking_key(self) -> bytes | None:
+        """The ack key (read from the store once) when completion tracking is on, else None."""
+        if self.completion_tracking and self._ack_key is None:
+            self._ack_key = self.store.ack_key()
+        return self._ack_key if self.completion_tracking else None
+
     def _seal(self, pending: list[_Pending]) -> bool:
         """Completion tracking: seal the batches (idempotent, one transaction) before they are
         published, so no tracked message leaves unsealed. False: not sealed, not published;
@@ -349,7 +356,7 @@ class FlushService:
         """Dead-letter the batch with its last error; mark it DEAD only once that is confirmed."""
         now = self.clock.now_ms()
         message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                tracked=self.completion_tracking, held_back_ms=batch.held_back_ms,
+                                ack_key=self._tracking_key(), held_back_ms=batch.held_back_ms,
                                 epochs=batch.epochs)
         if self.dead_letter.send([dead_batch_entry(message, attempts, error, now)]):
             log.error("dead-letter write failed; batch stays CLAIMED and is retried next tick",

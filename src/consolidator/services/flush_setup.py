@@ -32,7 +32,7 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
     from consolidator.sinks import sink_from_url
     from consolidator.store import open_store
 
-    sink = sink_from_url(settings.sink_url)
+    sink = sink_from_url(settings.sink_url, timeout_s=settings.sink_timeout_seconds)
     return FlushService(
         store=open_store(settings.database_url, settings.database_secret_arn),
         sink=sink,

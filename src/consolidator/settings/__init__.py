@@ -80,6 +80,18 @@ __all__ = [
 MAX_RATE_PERIOD_SECONDS = MAX_RATE_PERIOD_MS / 1000  # 7 days; also the bound of `consolidator limits set --per`
 
 
+SINK_TIMEOUT_MAX_SECONDS = 10.0
+
+
+def sink_timeout_seconds(function_timeout_seconds: float | None) -> float:
+    """How long one publish may wait for its sink: the one rule for every sink of every function.
+    A third of the function's timeout, at most 10 s (10 s outside Lambda), so a slow destination
+    fails its messages, never the invocation that still has to record the outcome."""
+    if function_timeout_seconds is None:
+        return SINK_TIMEOUT_MAX_SECONDS
+    return min(SINK_TIMEOUT_MAX_SECONDS, function_timeout_seconds / 3)
+
+
 class _Base(Root):
     database_url: DatabaseUrl | None = Field(
         None, repr=False, description="mysql://user:password@host:3306/db[?ssl=true|ssl_ca=/path/ca.pem]"
@@ -87,6 +99,13 @@ class _Base(Root):
     database_secret_arn: SecretArn | None = Field(
         None, description="Secrets Manager secret (RDS format) used when DATABASE_URL is unset"
     )
+
+    function_timeout_seconds: Seconds | None = Field(
+        None, le=900, description="The Lambda function's timeout (set by the stack); sinks wait a share of it")
+
+    @property
+    def sink_timeout_seconds(self) -> float:
+        return sink_timeout_seconds(self.function_timeout_seconds)
 
     # -- metrics (issue 10) -------------------------------------------------------------------
     environment: str = Field(

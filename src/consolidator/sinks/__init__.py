@@ -4,6 +4,12 @@ Guarantee of every sink: ``publish`` reports a batch as delivered only after the
 confirmed it (Kafka ack from all in-sync replicas, SQS/EventBridge success entry, fsync'd
 file line). Delivery is at least once: a batch may arrive more than once, always under the
 same ``batch_id``, so consumers dedupe on it (see :mod:`consolidator.dedupe`).
+
+Every sink waits at most ``timeout_s`` for one ``publish`` call's confirmations (Kafka: the
+producer's flush and message timeout; SQS, EventBridge: connect and read timeouts of two
+attempts). The functions derive it from their own timeout
+(:func:`consolidator.settings.sink_timeout_seconds`), so a slow destination fails its
+messages, not the invocation.
 """
 
 from __future__ import annotations
@@ -52,12 +58,24 @@ def chunk_by_size(indexes: Sequence[int], sizes: Sequence[int], max_count: int, 
     return chunks
 
 
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def aws_client_config(timeout_s: float):
+    """botocore config under which one API call (both attempts) ends within about ``timeout_s``."""
+    from botocore.config import Config
+
+    per_attempt = max(0.5, timeout_s / 5)  # two attempts of connect + read: 4/5 of the budget
+    return Config(connect_timeout=per_attempt, read_timeout=per_attempt,
+                  retries={"total_max_attempts": 2, "mode": "standard"})
+
+
 def _query(url: str) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
 
 
-def sink_from_url(url: str) -> Sink:
-    """Build the sink for one of:
+def sink_from_url(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Sink:
+    """Build the sink (waiting at most ``timeout_s`` per publish) for one of:
 
     - ``kafka://<bootstrap servers, comma separated>/<topic>[?auth=iam&region=...&max_message_bytes=N]``
     - ``sqs://sqs.<region>.amazonaws.com/<account>/<queue>``
@@ -79,13 +97,13 @@ def sink_from_url(url: str) -> Sink:
         if limit and not (limit.isdigit() and 0 < int(limit) <= 100_000_000):
             raise ValueError(f"kafka sink max_message_bytes must be a positive integer of bytes, got {limit!r}")
         return KafkaSink(parts.netloc, topic, iam_region=query.get("region") if auth == "iam" else None,
-                         iam=auth == "iam", **({"max_message_bytes": int(limit)} if limit else {}))
+                         iam=auth == "iam", flush_timeout_s=timeout_s, **({"max_message_bytes": int(limit)} if limit else {}))
     if parts.scheme == "sqs":
         from consolidator.sinks.sqs import SqsSink
 
         if not parts.netloc or parts.path.count("/") != 2:
             raise ValueError(f"sqs sink URL must be sqs://sqs.<region>.amazonaws.com/<account>/<queue>: {masked(url)!r}")
-        return SqsSink("https://" + parts.netloc + parts.path)
+        return SqsSink("https://" + parts.netloc + parts.path, timeout_s=timeout_s)
     if parts.scheme == "events":
         from consolidator.sinks.eventbridge import EventBridgeSink
 
@@ -95,6 +113,7 @@ def sink_from_url(url: str) -> Sink:
             parts.netloc,
             source=query.get("source", "consolidator"),
             detail_type=query.get("detail_type", "ConsolidatedBatch"),
+            timeout_s=timeout_s,
         )
     if parts.scheme == "file":
         from pathlib import Path
@@ -108,4 +127,4 @@ def sink_from_url(url: str) -> Sink:
     raise ValueError(f"unsupported sink URL {masked(url)!r}: use kafka://, sqs://, events:// or file://")
 
 
-__all__ = ["OutgoingBatch", "Sink", "chunk_by_size", "sink_from_url"]
+__all__ = ["DEFAULT_TIMEOUT_S", "OutgoingBatch", "Sink", "aws_client_config", "chunk_by_size", "sink_from_url"]

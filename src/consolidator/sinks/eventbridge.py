@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from consolidator.sinks import OutgoingBatch, chunk_by_size
+from consolidator.sinks import DEFAULT_TIMEOUT_S, OutgoingBatch, aws_client_config, chunk_by_size
 
 MAX_ENTRIES = 10  # PutEvents entries per call
 MAX_REQUEST_BYTES = 256 * 1024  # all entries of one PutEvents call together, and one entry
@@ -18,7 +18,8 @@ MAX_REQUEST_BYTES = 256 * 1024  # all entries of one PutEvents call together, an
 
 class EventBridgeSink:
     def __init__(self, event_bus: str, *, source: str = "consolidator",
-                 detail_type: str = "ConsolidatedBatch", client=None) -> None:
+                 detail_type: str = "ConsolidatedBatch", client=None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         import boto3
 
         self.event_bus = event_bus
@@ -26,7 +27,7 @@ class EventBridgeSink:
         self.detail_type = detail_type
         self._overhead = len(source.encode()) + len(detail_type.encode())
         self.max_message_bytes = MAX_REQUEST_BYTES - self._overhead  # the largest ``Detail``
-        self._client = client or boto3.client("events")
+        self._client = client or boto3.client("events", config=aws_client_config(timeout_s))
 
     def entry_bytes(self, batch: OutgoingBatch) -> int:
         """The entry's size as EventBridge counts it (no Time, no Resources)."""

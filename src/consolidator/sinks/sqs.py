@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from consolidator.sinks import OutgoingBatch, chunk_by_size
+from consolidator.sinks import DEFAULT_TIMEOUT_S, OutgoingBatch, aws_client_config, chunk_by_size
 from consolidator.sinks.sqs_text import escape_json, group_id, key_attribute
 
 MAX_BATCH_BYTES = 256 * 1024  # one message, and all entries of one SendMessageBatch together
@@ -23,13 +23,13 @@ ATTRIBUTE_RESERVE = 2048  # attributes: names, types, batch id, group key (base6
 
 
 class SqsSink:
-    def __init__(self, queue_url: str, client=None) -> None:
+    def __init__(self, queue_url: str, client=None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         import boto3
 
         self.queue_url = queue_url
         host = urlsplit(queue_url).hostname or ""
         region = host.split(".")[1] if host.count(".") >= 3 else None
-        self._client = client or boto3.client("sqs", region_name=region)
+        self._client = client or boto3.client("sqs", region_name=region, config=aws_client_config(timeout_s))
         self._fifo = queue_url.endswith(".fifo")
         self.max_message_bytes = MAX_BATCH_BYTES - ATTRIBUTE_RESERVE  # the largest body
 

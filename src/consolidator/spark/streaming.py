@@ -71,10 +71,10 @@ def _processor_class():
         between the Python worker and the JVM, so their number, not their size, is what costs
         (see docs/spark.md, "Throughput")."""
 
-        def __init__(self, policy: Policy, shards: int, tracked: bool = False) -> None:
+        def __init__(self, policy: Policy, shards: int, ack_key: bytes | None = None) -> None:
             self.policy = policy
             self.shards = shards
-            self.tracked = tracked  # completion tracking: messages list each member's item id
+            self.ack_key = ack_key  # completion tracking: messages carry ack tokens and item ids
             self.plain = is_plain(policy)  # rows as columns (PendingTable), else per group (Shard)
 
         def init(self, handle) -> None:
@@ -128,7 +128,7 @@ def _processor_class():
                     out.append((EXPIRED, group_key, None, "expired", json.dumps(entry, sort_keys=True)))
                 for claim in plan.claims:
                     message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=now_ms,
-                                            tracked=self.tracked, held_back_ms=claim.held_back_ms)
+                                            ack_key=self.ack_key, held_back_ms=claim.held_back_ms)
                     out.append((BATCH, group_key, message["batch_id"], str(claim.reason),
                                 encode(message).decode()))
             return out
@@ -199,13 +199,14 @@ def _dead_letters(records, now_ms: int) -> list[tuple]:
 
 
 def aggregate(records_df, policy: Policy, names: FieldNames = DEFAULT_NAMES, max_event_bytes: int = 262_144,
-              tracked: bool = False, shards: int = DEFAULT_SHARDS):
+              ack_key: bytes | None = None, shards: int = DEFAULT_SHARDS):
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`, streaming) -> batches and
-    dead letters (:data:`OUTPUT_SCHEMA`); ``tracked``: batch messages for completion tracking.
+    dead letters (:data:`OUTPUT_SCHEMA`); ``ack_key``: batch messages for completion tracking
+    (the trackers' database's ack key: each message carries its batch's ack token).
     State is keyed by shard of the group key (``shards`` of them, fixed for a checkpoint, see
     :mod:`consolidator.spark.shards`); poison records go to their own key, without state."""
     return by_shard(records_df, names, max_event_bytes, shards).transformWithStateInPandas(
-        statefulProcessor=_processor_class()(policy, shards, tracked), outputStructType=OUTPUT_SCHEMA,
+        statefulProcessor=_processor_class()(policy, shards, ack_key), outputStructType=OUTPUT_SCHEMA,
         outputMode="Append", timeMode="ProcessingTime")
 
 
@@ -387,8 +388,17 @@ def start(spark, config: StreamConfig, writer=None):
             options["maxOffsetsPerTrigger"] = str(config.max_offsets_per_trigger)
         frame = records(kafka_reader(spark, config.bootstrap_servers, config.topic, streaming=True,
                                      prefer=config.source, options=options).load())
+    ack_key = None
+    if config.tracked:
+        from consolidator.store import open_store
+
+        store = open_store(config.tracking_database_url, config.tracking_database_secret_arn)
+        try:
+            ack_key = store.ack_key()  # read on the driver, once; travels to the executors with the plan
+        finally:
+            store.close()
     output = aggregate(frame, config.policy, config.names, config.max_event_bytes,
-                       tracked=config.tracked, shards=config.state_shards)
+                       ack_key=ack_key, shards=config.state_shards)
     return (output.writeStream.queryName("consolidator-aggregator")
             .foreachBatch(writer or BatchWriter(
                 config.sink_url, config.dead_letter_url, tracking_database_url=config.tracking_database_url,

@@ -6,27 +6,32 @@ Guarantees:
 - ``apply_acks`` locks the trackers it changes (``FOR UPDATE``, in batch id order) and sets
   bits; a bit already set changes nothing; "is it complete?" is ``acked_count =
   member_count``, O(1);
-- exactly one ``apply_acks`` call sees a tracker reach its last member: that call publishes the
-  completion inside its transaction and moves the outbox from NONE to PUBLISHED (to PENDING when
-  the sink did not confirm, or when no publisher was given) (``AckResult.completed``);
+- exactly one ``apply_acks`` call sees a tracker reach its last member: that call builds the
+  completion message and stores its bytes in the outbox (PENDING) in the same transaction
+  (``AckResult.completed``); it publishes nothing. Whoever publishes after the commit sends
+  those stored bytes and marks them PUBLISHED (:meth:`mark_completions_published`);
 - a PENDING completion whose publisher died is handed out again by ``lease_completions``
-  once its lease expired (at least once across crashes, same stored fields).
+  once its lease expired, with the same stored bytes (at least once across crashes);
+- ``ack_key`` is the secret of the batches' ack tokens (``batch.ack_token``), one per database.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import orjson
 
-from consolidator.completion import Ack, acked_indexes, empty_bitmap, set_bits
+from consolidator.batch import encode
+from consolidator.completion import Ack, acked_indexes, build_completion, empty_bitmap, set_bits
+from consolidator.errors import StoreError
 from consolidator.store.connection import Connection
 
 UNKNOWN_BATCH = "unknown_batch"
 UNKNOWN_MEMBER = "unknown_member"
 UNKNOWN_ITEM = "unknown_item"
+NO_ITEM_LIST = "no_item_list"  # a tracker without its item ids: an ack by item id fails (retried)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +44,7 @@ class SealedBatch:
 
     @classmethod
     def of_message(cls, message: dict) -> SealedBatch:
-        """From a batch message built with ``tracked=True`` (any engine): member i is the i-th
+        """From a batch message built with an ``ack_key`` (any engine): member i is the i-th
         entry of its ``members``."""
         return cls(message["batch_id"], message["group_key"], tuple(m["item_id"] for m in message["members"]))
 
@@ -55,6 +60,17 @@ class Tracker:
     completed_at_ms: int | None
     outbox: str  # NONE | PENDING | PUBLISHED
     published_at_ms: int | None
+    completion_body: bytes | None = None  # the completion message, stored when the batch completed
+
+    def completion(self) -> bytes:
+        """The completion message's bytes: the stored ones (trackers completed before schema 10
+        have none: rebuilt from the stored fields, the same bytes)."""
+        if self.completion_body is not None:
+            return bytes(self.completion_body)
+        if self.completed_at_ms is None:
+            raise ValueError(f"batch {self.batch_id} is not complete")
+        return encode(build_completion(self.batch_id, self.group_key, self.member_count, self.sealed_at_ms,
+                                       self.completed_at_ms))
 
     @property
     def complete(self) -> bool:
@@ -63,26 +79,27 @@ class Tracker:
 
 @dataclass
 class AckResult:
-    """What one ack did: members newly set, duplicates, refusals (member, reason)."""
+    """What one ack did: members newly set, duplicates, refusals (member, reason), or the error
+    that kept it from being applied at all.
+
+    A refusal is final (retrying the same ack changes nothing: the batch is unknown, the member
+    out of range, the token wrong); an ``error`` is not (the ack was not applied; retry it)."""
 
     batch_id: str
     newly_acked: int = 0
     duplicates: int = 0
     refused: list[tuple[int | str | None, str]] = field(default_factory=list)
     completed: Tracker | None = None  # set on the one ack that completed the batch
+    error: str | None = None  # not applied: retry
 
     @property
     def ok(self) -> bool:
-        return not self.refused
+        return not self.refused and self.error is None
 
-
-# Given the trackers an ack transaction completes, publishes their completions; returns the
-# batch ids the sink confirmed.
-Publisher = Callable[[Sequence[Tracker]], set[str]]
 
 _TRACKER_COLUMNS = (
     "batch_id, group_key, member_count, acked_count, sealed_at_ms, last_ack_ms, completed_at_ms,"
-    " outbox, published_at_ms"
+    " outbox, published_at_ms, completion_body"
 )
 
 
@@ -127,18 +144,28 @@ class CompletionStore(Connection):
             )
         return int(changed)
 
-    def apply_acks(self, acks: Sequence[Ack], now_ms: int, publish: Publisher | None = None) -> list[AckResult]:
+    def ack_key(self) -> bytes:
+        """The secret of the ack tokens (made by migration 10). Never log it."""
+        with self.transaction() as cur:
+            cur.execute("SELECT ack_key FROM completion_keys WHERE id = 1")
+            row = cur.fetchone()
+        if row is None:
+            raise StoreError("no ack key in completion_keys: run `consolidator db migrate`")
+        return bytes(row["ack_key"])
+
+    def apply_acks(self, acks: Sequence[Ack], now_ms: int) -> list[AckResult]:
         """Apply ``acks`` in one transaction; one result per ack, in order. Unknown batches,
         out-of-range indexes and unknown item ids are refused with a reason (never raised).
 
-        The batches this call completes are handed to ``publish`` inside the transaction, while
-        their trackers are locked: the ones it confirms are stored PUBLISHED with the acks, the
-        others PENDING, for :meth:`lease_completions`. If the transaction then fails, nothing
-        is stored and a re-delivered ack publishes again, with the same completion id.
+        A batch this call completes gets its completion message built and stored (outbox
+        PENDING, attempt time ``now_ms``) in the same transaction; nothing is published here,
+        so no lock is held while a sink is slow. The caller publishes
+        ``result.completed.completion()`` after this returns and marks it PUBLISHED.
 
         Two statements in the common case (lock and read the trackers' bits, write back the
         changed ones), one more when a batch completes. Values go in as literals: batch ids
-        are 32 hex characters (checked again here), bitmaps hex, counts and times integers."""
+        are 32 hex characters (checked again here), bitmaps hex, counts and times integers;
+        the completion bytes as parameters."""
         if not acks:
             return []
         ids = sorted({a.batch_id for a in acks})
@@ -150,22 +177,16 @@ class CompletionStore(Connection):
                 f" WHERE batch_id IN ({_id_literals(ids)}) ORDER BY batch_id FOR UPDATE"
             )
             rows = {r["batch_id"]: r for r in cur.fetchall()}
-            members_of: dict[str, dict[str, list[int]]] = {}
-            wanted = [b for b in by_item if b in rows]
-            if wanted:
-                cur.execute("SELECT batch_id, item_ids FROM completion_items"
-                            f" WHERE batch_id IN ({_id_literals(wanted)})")
-                for r in cur.fetchall():
-                    index: dict[str, list[int]] = {}
-                    for i, item in enumerate(orjson.loads(r["item_ids"])):
-                        index.setdefault(item, []).append(i)
-                    members_of[r["batch_id"]] = index
+            members_of = self._members_of(cur, [b for b in by_item if b in rows])
             bits = {b: r["acked_bits"] for b, r in rows.items()}
             counts = {b: r["acked_count"] for b, r in rows.items()}
             for ack, result in zip(acks, results, strict=True):
                 row = rows.get(ack.batch_id)
                 if row is None:
                     result.refused.append((None, UNKNOWN_BATCH))
+                    continue
+                if ack.item_ids and ack.batch_id not in members_of:  # lost, or a seal half-way: retry it
+                    result.error = f"{NO_ITEM_LIST}: tracker {ack.batch_id} has no completion_items row"
                     continue
                 size = row["member_count"]
                 indexes = [i for i in ack.members if i < size]
@@ -188,13 +209,13 @@ class CompletionStore(Connection):
             if completed:
                 cur.execute(f"SELECT batch_id, group_key, sealed_at_ms FROM completion_trackers"
                             f" WHERE batch_id IN ({_id_literals(completed)})")
-                finished = {r["batch_id"]: Tracker(
-                    r["batch_id"], r["group_key"], rows[r["batch_id"]]["member_count"], counts[r["batch_id"]],
-                    r["sealed_at_ms"], now_ms, now_ms, "PENDING", None) for r in cur.fetchall()}
-            published = publish(list(finished.values())) if finished and publish is not None else set()
+                for r in cur.fetchall():
+                    b, count = r["batch_id"], rows[r["batch_id"]]["member_count"]
+                    body = encode(build_completion(b, r["group_key"], count, r["sealed_at_ms"], now_ms))
+                    finished[b] = Tracker(b, r["group_key"], count, counts[b], r["sealed_at_ms"], now_ms, now_ms,
+                                          "PENDING", None, body)
             if changed:
                 done = _id_literals(completed) if completed else "NULL"
-                sent = _id_literals(sorted(published)) if published else "NULL"
                 cur.execute(
                     "UPDATE completion_trackers SET acked_bits = CASE batch_id"
                     + "".join(f" WHEN '{b}' THEN X'{bits[b].hex()}'" for b in changed)
@@ -202,17 +223,34 @@ class CompletionStore(Connection):
                     + "".join(f" WHEN '{b}' THEN {int(counts[b])}" for b in changed)
                     + f" END, last_ack_ms = {int(now_ms)},"
                     f" completed_at_ms = IF(batch_id IN ({done}), {int(now_ms)}, completed_at_ms),"
-                    f" outbox = IF(batch_id IN ({sent}), 'PUBLISHED', IF(batch_id IN ({done}), 'PENDING', outbox)),"
-                    f" published_at_ms = IF(batch_id IN ({sent}), {int(now_ms)}, published_at_ms),"
+                    f" outbox = IF(batch_id IN ({done}), 'PENDING', outbox),"
                     f" outbox_attempt_ms = IF(batch_id IN ({done}), {int(now_ms)}, outbox_attempt_ms)"
                     f" WHERE batch_id IN ({_id_literals(changed)})"
                 )
-        for batch_id in published:
-            finished[batch_id] = replace(finished[batch_id], outbox="PUBLISHED", published_at_ms=now_ms)
+            if finished:
+                cur.execute(
+                    "UPDATE completion_trackers SET completion_body = CASE batch_id"
+                    + " WHEN %s THEN %s" * len(finished)
+                    + f" END WHERE batch_id IN ({_id_literals(sorted(finished))})",
+                    tuple(v for b, t in finished.items() for v in (b, t.completion_body)),
+                )
         for ack, result in zip(acks, results, strict=True):  # the first ack of a batch that set a bit
             if result.newly_acked and ack.batch_id in finished:
                 result.completed = finished.pop(ack.batch_id)
         return results
+
+    @staticmethod
+    def _members_of(cur, batch_ids: Sequence[str]) -> dict[str, dict[str, list[int]]]:
+        """{batch id: {item id: member indexes}} of the batches whose item list exists."""
+        members_of: dict[str, dict[str, list[int]]] = {}
+        if batch_ids:
+            cur.execute(f"SELECT batch_id, item_ids FROM completion_items WHERE batch_id IN ({_id_literals(batch_ids)})")
+            for r in cur.fetchall():
+                index: dict[str, list[int]] = {}
+                for i, item in enumerate(orjson.loads(r["item_ids"])):
+                    index.setdefault(item, []).append(i)
+                members_of[r["batch_id"]] = index
+        return members_of
 
     def tracker(self, batch_id: str) -> Tracker | None:
         with self.transaction() as cur:

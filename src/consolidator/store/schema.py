@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 from consolidator.events import bucket_of, months_after
 from consolidator.store.connection import Connection
 from consolidator.store.databases import refuse_system_schema
@@ -24,7 +26,10 @@ def _no_pad_collation(server_version: str) -> str:
     return "utf8mb4_nopad_bin" if "mariadb" in server_version.lower() else "utf8mb4_0900_bin"
 
 
-def _migrations(first_bucket: int, no_pad: str) -> list[tuple[int, str, list[str]]]:
+Statement = str | tuple[str, tuple]  # SQL, or SQL and its parameters
+
+
+def _migrations(first_bucket: int, no_pad: str, now_ms: int = 0) -> list[tuple[int, str, list[Statement]]]:
     partitions = _partition_clause(first_bucket)
     identifier = f"VARCHAR(191) CHARACTER SET utf8mb4 COLLATE {no_pad} NOT NULL"
     return [
@@ -220,6 +225,24 @@ def _migrations(first_bucket: int, no_pad: str) -> list[tuple[int, str, list[str
                  " NULL: a v1 id, claimed before schema 9'"),
             ],
         ),
+        (
+            10,
+            "completion outbox bytes, and the ack key that proves an ack comes from a batch's recipient",
+            [
+                # The completion message is built once, in the transaction that completes the
+                # batch, and every publish (first, sweep, any re-publish) sends these bytes.
+                ("ALTER TABLE completion_trackers ADD COLUMN completion_body MEDIUMBLOB NULL"
+                 " COMMENT 'the completion message, stored with the last ack; NULL: not complete'"),
+                """CREATE TABLE completion_keys (
+                  id TINYINT UNSIGNED NOT NULL PRIMARY KEY,
+                  ack_key VARBINARY(64) NOT NULL COMMENT 'HMAC key of the batches'' ack tokens: a secret',
+                  created_at_ms BIGINT NOT NULL
+                ) ENGINE=InnoDB""",
+                # Random, made here (not by SQL), passed as a parameter: never in a statement's text.
+                ("INSERT INTO completion_keys (id, ack_key, created_at_ms) VALUES (1, %s, %s)",
+                 (secrets.token_bytes(32), now_ms)),
+            ],
+        ),
     ]
 
 
@@ -240,14 +263,15 @@ class SchemaStore(Connection):
             cur.execute("SELECT VERSION() AS v")
             no_pad = _no_pad_collation(cur.fetchone()["v"])
         applied = []
-        for version, description, statements in _migrations(bucket_of(now_ms), no_pad):
+        for version, description, statements in _migrations(bucket_of(now_ms), no_pad, now_ms):
             if version in done:
                 continue
             with self.transaction() as cur:
                 # MySQL DDL commits implicitly: a failure half-way leaves the version unrecorded
                 # and the next run stops at the first existing table with a clear error.
                 for statement in statements:
-                    cur.execute(statement)
+                    sql, args = statement if isinstance(statement, tuple) else (statement, None)
+                    cur.execute(sql, args)
                 cur.execute(
                     "INSERT INTO schema_migrations (version, description, applied_at_ms) VALUES (%s, %s, %s)",
                     (version, description, now_ms),
