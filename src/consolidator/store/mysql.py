@@ -17,6 +17,7 @@ from consolidator.store.partitions import (
 )
 from consolidator.store.rate import Throttled
 from consolidator.store.schema import SchemaStore
+from consolidator.store.users import UserStore
 
 __all__ = [
     "BUFFER_TABLES", "MAXVALUE_PARTITION", "ClaimedBatch", "ConnectionParams", "ExpiryBatch", "IngestCounts",
@@ -24,5 +25,6 @@ __all__ = [
 ]
 
 
-class MySQLStore(SchemaStore, BufferStore, OffsetStore, BatchStore, PartitionStore, LimitStore, CompletionStore):
+class MySQLStore(SchemaStore, BufferStore, OffsetStore, BatchStore, PartitionStore, LimitStore, CompletionStore,
+                 UserStore):
     """One connection, used by one thread at a time. Reconnects after the server went away."""
