@@ -65,6 +65,7 @@ synth: setup
 	$(PY) infra/bundle.py
 	$(PY) infra/app.py
 	.venv/bin/cfn-lint --ignore-checks W3005 -- cdk.out/assembly-*/*.template.json
+	$(PY) infra/iac_scan.py cdk.out
 
 lint: setup
 	.venv/bin/ruff check src functions infra tests bench chaos

@@ -3,7 +3,8 @@
 #
 #   scripts/setup.sh demo   what `make demo` needs: MariaDB, Redis, Python, the `cli` extra
 #   scripts/setup.sh test   all of it (`make test`): + Java 17 (Spark), Node.js (CDK), the
-#                           dev/spark/infra extras and the Lambda bundle's arm64 wheels
+#                           dev/spark/infra extras, the Lambda bundle's arm64 wheels and the
+#                           IaC scanner (checkov, in .tools/checkov)
 #   scripts/setup.sh uv     only uv, into .tools/venv (for `make lock`)
 #   scripts/setup.sh flink  Java 17 and Flink's own venv (.tools/flink), for the peer benchmarks
 #
@@ -149,6 +150,21 @@ else
 fi
 
 wait_bg  # the servers' packages
+
+# --- the IaC scanner (checkov) in its own environment ------------------------------------------
+# Its dependencies would clash with uv.lock: .tools/checkov holds them, pinned by hash in
+# scripts/checkov-requirements.txt (made from scripts/checkov-requirements.in; see there).
+if [ "$PROFILE" = test ]; then
+  checkov_stamp=.tools/checkov/.req-$(sha256sum scripts/checkov-requirements.txt | cut -c1-16)
+  if [ ! -f "$checkov_stamp" ]; then
+    rm -rf .tools/checkov
+    run_long "installing checkov (the IaC scan of make test) into .tools/checkov" "$LOGS/checkov.log" \
+      bash -c "python3 -m venv --without-pip .tools/checkov && '$UV' pip install --python .tools/checkov/bin/python \
+        --require-hashes --compile-bytecode -r scripts/checkov-requirements.txt"
+    touch "$checkov_stamp"
+  fi
+  SUMMARY+=("IaC scan: checkov $(sed -n 's/^checkov==\([^ ]*\).*/\1/p' scripts/checkov-requirements.txt) in .tools/checkov")
+fi
 
 # --- MariaDB ----------------------------------------------------------------------------------
 record_started() { grep -v "^$1 " .tools/run/started.pids 2>/dev/null > .tools/run/started.tmp || true

@@ -1,14 +1,19 @@
 """Database: Aurora MySQL 3 Serverless v2, private subnets only, encrypted, TLS required.
 
-The admin credentials live in Secrets Manager and rotate on a schedule (single-user rotation
-Lambda in the function subnets). Functions read the secret at start-up
-(``CONSOLIDATOR_DATABASE_SECRET_ARN``) and always connect with TLS.
+The admin (master) credentials live in Secrets Manager and rotate on a schedule (single-user
+rotation Lambda in the function subnets); only the migrate function reads them. Every other
+function has its own database user and secret (:meth:`Database.add_user`): the migration creates
+the user with that secret's password and the grants of ``consolidator.store.users.GRANTS``, and
+the secret rotates on the same schedule (single-user rotation: the user changes its own password,
+so no rotation Lambda but the master's holds the master password). Functions read their secret at
+start-up (``CONSOLIDATOR_DATABASE_SECRET_ARN``) and always connect with TLS.
 """
 
 from __future__ import annotations
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_rds as rds
+from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from consolidator_infra.config import DatabaseConfig
@@ -21,6 +26,10 @@ class Database(Construct):
         removal_policy: RemovalPolicy, log_retention_days: int,
     ) -> None:
         super().__init__(scope, id)
+        self._config = config
+        self._network = network
+        self.users: dict[str, secretsmanager.ISecret] = {}  # role -> its secret (host, port, dbname attached)
+        self.user_rotations: list[secretsmanager.RotationSchedule] = []  # after the migration
         engine = rds.DatabaseClusterEngine.aurora_mysql(
             version=rds.AuroraMysqlEngineVersion.of(f"8.0.mysql_aurora.{config.engine_version}", "8.0")
         )
@@ -65,3 +74,23 @@ class Database(Construct):
             vpc_subnets=network.function_subnets,
         )
 
+
+    def add_user(self, role: str) -> secretsmanager.ISecret:
+        """The secret of the function ``role``'s own database user ``consolidator_<role>``
+        (RDS format, the cluster's host, port and database attached), rotated like the master's.
+        The user and its grants are made by the migration, which must run before the first
+        rotation: the stack makes each rotation depend on the migration trigger."""
+        secret = rds.DatabaseSecret(
+            self, f"{role.capitalize()}UserSecret", username=f"consolidator_{role}",
+            dbname=self._config.database_name,
+        ).attach(self.cluster)
+        self.users[role] = secret
+        secretsmanager.SecretRotation(
+            self, f"{role.capitalize()}UserRotation",
+            application=secretsmanager.SecretRotationApplication.MYSQL_ROTATION_SINGLE_USER,
+            secret=secret, target=self.cluster, vpc=self._network.vpc,
+            vpc_subnets=self._network.function_subnets,
+            automatically_after=Duration.days(self._config.rotation_days),
+        )
+        self.user_rotations.append(secret.node.find_child("RotationSchedule"))
+        return secret

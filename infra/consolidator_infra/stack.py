@@ -51,8 +51,7 @@ class ConsolidatorStack(Stack):
         self.functions = FunctionFactory(
             self, "Functions", network=self.network, log_retention_days=fn.log_retention_days,
             log_level=fn.log_level, removal_policy=removal,
-            environment={f"{P}DATABASE_SECRET_ARN": self.database.secret.secret_arn,
-                         f"{P}ENVIRONMENT": config.name},  # the metrics' environment dimension
+            environment={f"{P}ENVIRONMENT": config.name},  # the metrics' environment dimension
         )
         fields = {
             f"{P}GROUP_KEY_FIELD": policy.group_key_field, f"{P}ITEM_ID_FIELD": policy.item_id_field,
@@ -67,7 +66,7 @@ class ConsolidatorStack(Stack):
             "ingest", description="MSK records -> MySQL buffer (partial batch failures)",
             timeout=Duration.seconds(fn.ingest_timeout_seconds), memory_mb=fn.ingest_memory_mb,
             security_group=net.function_group("Ingest", database=True, cache=False, kafka_cidr=None),
-            environment=fields,
+            environment={**fields, **self._database_user("ingest")},
         )
         self.flush = self.functions.build(
             "flush", description="Claims due groups, publishes one batch per group, marks them sent",
@@ -75,7 +74,7 @@ class ConsolidatorStack(Stack):
             security_group=net.function_group("Flush", database=True, cache=True, kafka_cidr=kafka_cidr),
             reserved_concurrency=1,
             environment={
-                **fields,
+                **fields, **self._database_user("flush"),
                 f"{P}REDIS_URL": self.cache.url,
                 f"{P}REDIS_AUTH_SECRET_ARN": self.cache.auth_secret.secret_arn,
                 f"{P}SINK_URL": config.sink_url(),
@@ -100,19 +99,23 @@ class ConsolidatorStack(Stack):
             "cleanup", description="Monthly partitions: create ahead, drop old fully sent ones",
             timeout=Duration.seconds(fn.cleanup_timeout_seconds), memory_mb=256,
             security_group=net.function_group("Cleanup", database=True, cache=False, kafka_cidr=None),
-            environment={**partitions, **({f"{P}COMPLETION_MAX_AGE_SECONDS": str(config.completion.max_age_days * 86_400)}
+            environment={**partitions, **self._database_user("cleanup"),
+                         **({f"{P}COMPLETION_MAX_AGE_SECONDS": str(config.completion.max_age_days * 86_400)}
                                           if config.completion else {})},
         )
         self.migrate = self.functions.build(
             "migrate", description="Applies schema migrations on deploy (CDK trigger)",
             timeout=Duration.minutes(5), memory_mb=256,
             security_group=net.function_group("Migrate", database=True, cache=False, kafka_cidr=None),
-            environment=partitions,
+            environment={**partitions, f"{P}DATABASE_SECRET_ARN": self.database.secret.secret_arn},
         )
 
-        # Grants where the pieces meet: each function gets exactly what it uses.
-        for function in (self.ingest, self.flush, self.cleanup, self.migrate):
-            self.database.secret.grant_read(function)  # network access: Network.function_group
+        # Grants where the pieces meet: each function gets exactly what it uses. Network access
+        # to the database: Network.function_group. Only the migration reads the master secret;
+        # each other function reads its own user's secret (its database grants: store/users.py).
+        self.database.secret.grant_read(self.migrate)
+        for role, function in (("ingest", self.ingest), ("flush", self.flush), ("cleanup", self.cleanup)):
+            self.database.users[role].grant_read(function)
         for function in (self.ingest, self.flush):
             self.dead_letters.queue.grant_send_messages(function)
         self.cache.auth_secret.grant_read(self.flush)
@@ -140,6 +143,7 @@ class ConsolidatorStack(Stack):
             ),
         )
         self.completion = self._completion() if config.completion else None
+        self._users_after_migration()
         self.spark = self._spark() if config.spark else None
         self.monitoring.add_dashboard()  # after every construct that adds alarms
         suppress_findings(self)
@@ -155,17 +159,33 @@ class ConsolidatorStack(Stack):
             reserved_concurrency=completion.reserved_concurrency,
             security_group=self.network.function_group("Acks", database=True, cache=False, kafka_cidr=sink_cidr),
             environment={
+                **self._database_user("acks"),
                 f"{P}COMPLETION_SINK_URL": sink_url_of(completion.sink, self.config.region),
                 f"{P}COMPLETION_DEADLINE_SECONDS": str(completion.deadline_seconds),
                 f"{P}COMPLETION_LEASE_SECONDS": str(completion.lease_seconds),
             },
         )
-        self.database.secret.grant_read(self.acks)
+        self.database.users["acks"].grant_read(self.acks)
         self._grant_sink(self.acks, completion.sink, sid="PublishCompletions")
         return CompletionTracking(
             self, "Completion", config=completion, function=self.acks, monitoring=self.monitoring,
             removal_policy=RemovalPolicy.RETAIN if self.config.removal_policy == "retain" else RemovalPolicy.DESTROY,
         )
+
+    def _database_user(self, role: str) -> dict[str, str]:
+        """The function's own database user: its secret, and the migration's list of users."""
+        return {f"{P}DATABASE_SECRET_ARN": self.database.add_user(role).secret_arn}
+
+    def _users_after_migration(self) -> None:
+        """The migrate function learns every user's secret; the users exist before the first
+        rotation of their secrets, and before the functions that connect as them are updated."""
+        self.migrate.add_environment(f"{P}DATABASE_USERS", self.to_json_string(
+            {role: secret.secret_arn for role, secret in self.database.users.items()}))
+        for secret in self.database.users.values():
+            secret.grant_read(self.migrate)
+        for dependent in (*self.database.user_rotations, self.ingest, self.flush, self.cleanup,
+                          *([self.acks] if self.completion else [])):
+            dependent.node.add_dependency(self.migration.trigger)
 
     def _grant_sink(self, function: lambda_.Function, sink: SinkConfig | None = None,
                     sid: str = "PublishBatches") -> None:

@@ -26,7 +26,7 @@ def test_migrate_applies_once_then_is_a_no_op(database_url, monkeypatch):
     module = _load()
     first = module.handler({}, LocalLambdaContext(function_name="migrate"))
     assert first["applied"]
-    assert module.handler({}, LocalLambdaContext(function_name="migrate")) == {"applied": []}
+    assert module.handler({}, LocalLambdaContext(function_name="migrate")) == {"applied": [], "users": {}}
     name = database_url.rsplit("/", 1)[1]
     with pymysql.connect(host="127.0.0.1", user="root", database=name) as conn, conn.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM schema_migrations")

@@ -33,8 +33,9 @@ def test_each_environment_synthesizes_with_expected_resource_counts(env):
         "AWS::RDS::DBCluster": 1,
         "AWS::RDS::DBInstance": 1 + config.database.readers,
         "AWS::ElastiCache::ReplicationGroup": 1,
-        "AWS::SecretsManager::Secret": 2,
-        "AWS::SecretsManager::RotationSchedule": 1,
+        # master, Redis AUTH token, one database user per function (ingest, flush, cleanup, acks)
+        "AWS::SecretsManager::Secret": 2 + 3 + tracking,
+        "AWS::SecretsManager::RotationSchedule": 1 + 3 + tracking,
         "AWS::CloudWatch::Alarm": 27 + 4 * tracking,
         "AWS::CloudWatch::Dashboard": 1,
         "AWS::EC2::VPC": 1,
@@ -141,9 +142,18 @@ def test_database_is_encrypted_private_tls_only_with_a_rotating_secret(env):
         assert subnets[ref["Ref"]]["Properties"]["MapPublicIpOnLaunch"] is False
         tags = {t["Key"]: t["Value"] for t in subnets[ref["Ref"]]["Properties"]["Tags"]}
         assert tags["aws-cdk:subnet-type"] == "Isolated"
-    rotation = _only(env.resources("AWS::SecretsManager::RotationSchedule"))
-    assert rotation["SecretId"] == {"Ref": env.logical_id(env.stack.database.secret)}
-    assert rotation["RotationRules"]["ScheduleExpression"] == f"rate({env.config.database.rotation_days} days)"
+    rotations = {json.dumps(r["Properties"]["SecretId"]): r
+                 for r in env.resources("AWS::SecretsManager::RotationSchedule").values()}
+    secrets = [env.stack.database.secret, *env.stack.database.users.values()]
+    assert sorted(rotations) == sorted(json.dumps(env.stack.resolve(s.secret_arn)) for s in secrets)
+    for rotation in rotations.values():
+        expression = rotation["Properties"]["RotationRules"]["ScheduleExpression"]
+        assert expression == f"rate({env.config.database.rotation_days} days)"
+    # a function user's secret is first rotated once the migration has created the user
+    trigger = next(iter(env.template.find_resources("Custom::Trigger")))
+    master = json.dumps({"Ref": env.logical_id(env.stack.database.secret)})
+    for secret_id, rotation in rotations.items():
+        assert (trigger in rotation.get("DependsOn", [])) is (secret_id != master), secret_id
 
 
 def test_database_admits_only_the_functions(env):
@@ -159,7 +169,7 @@ def test_database_admits_only_the_functions(env):
                   *([env.stack.acks] if env.stack.completion else []))
     }
     assert functions <= sources
-    assert len(sources) == len(functions) + 1  # + the rotation function
+    assert len(sources) == len(functions) + 1 + len(env.stack.database.users)  # + the rotation functions
     groups = env.resources("AWS::EC2::SecurityGroup")
     for group in groups.values():
         for rule in group["Properties"].get("SecurityGroupIngress", []):
@@ -389,3 +399,4 @@ def test_migrations_run_on_deploy_after_the_database(env):
                 if r["Properties"]["GroupId"] == {"Fn::GetAtt": [database_sg, "GroupId"]}
                 and r["Properties"]["SourceSecurityGroupId"] == {"Fn::GetAtt": [migrate_sg, "GroupId"]})
     assert rule in trigger["DependsOn"]  # it can reach MySQL when it runs
+

@@ -248,6 +248,17 @@ class CleanupSettings(_Base):
     )
 
 
+class MigrateSettings(CleanupSettings):
+    """What the migrate function needs: the master user's database settings, and the secret of
+    each function's own database user (consolidator.store.users.GRANTS names the roles)."""
+
+    database_users: dict[str, SecretArn] = Field(
+        default_factory=dict,
+        description='JSON {"ingest": "<secret ARN>", "flush": ..., "acks": ..., "cleanup": ...}: the'
+                    " users the migration creates, each with its secret's user name and password",
+    )
+
+
 class CompletionSettings(_Base):
     """What reading completion trackers needs (``consolidator batch list``)."""
 

@@ -30,6 +30,11 @@ def _secret_reader(database_secret_arn: str):
     return read
 
 
+def read_database_secret(database_secret_arn: str) -> ConnectionParams:
+    """The connection parameters of an RDS-format secret, read now (errors as ``_secret_reader``)."""
+    return _secret_reader(database_secret_arn)()
+
+
 def open_store(database_url: str | None, database_secret_arn: str | None = None) -> MySQLStore:
     """A store for the configured database.
 

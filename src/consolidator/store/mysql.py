@@ -18,6 +18,7 @@ from consolidator.store.partitions import (
 )
 from consolidator.store.rate import Throttled
 from consolidator.store.schema import SchemaStore
+from consolidator.store.users import UserStore
 
 __all__ = [
     "BUFFER_TABLES", "MAXVALUE_PARTITION", "ClaimedBatch", "ConnectionParams", "ExpiryBatch", "IngestCounts",
@@ -26,5 +27,5 @@ __all__ = [
 
 
 class MySQLStore(SchemaStore, BufferStore, OffsetStore, EpochStore, BatchStore, PartitionStore, LimitStore,
-                 CompletionStore):
+                 CompletionStore, UserStore):
     """One connection, used by one thread at a time. Reconnects after the server went away."""
