@@ -10,7 +10,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 18,20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 
-.PHONY: setup setup-demo test demo bench bench-ingest bench-flush bench-replay bench-stream bench-acks capacity synth lint lock fresh-check chaos emr-archive emr-check test-emr-spark
+.PHONY: setup setup-demo setup-flink test demo bench bench-ingest bench-flush bench-replay bench-stream bench-acks capacity synth lint lock fresh-check chaos emr-archive emr-check test-emr-spark
 
 setup:
 	@bash scripts/setup.sh test
@@ -33,8 +33,12 @@ bench-ingest: setup
 bench-flush: setup
 	$(PY) bench/bench_flush.py $(BENCH_ARGS)
 
-bench-replay: setup
-	$(PY) bench/bench_replay.py
+# Flink, the peer baseline of bench-replay and bench-stream, in its own venv (never in make test)
+setup-flink:
+	@bash scripts/setup.sh flink
+
+bench-replay: setup setup-flink
+	$(PY) bench/bench_replay.py $(BENCH_ARGS)
 
 # docs/capacity.md from the saved benchmark JSON lines (bench/results/, one file per run:
 # `make bench-ingest BENCH_ARGS="--save bench/results/ingest-1.json"`); SERVER_CPU=thread
@@ -42,12 +46,12 @@ bench-replay: setup
 SERVER_CPU ?= process
 capacity: setup
 	$(PY) bench/capacity.py --server-cpu $(SERVER_CPU) --ingest bench/results/ingest-*.json \
-	  --flush bench/results/flush-*.json > docs/capacity.md
+	  --flush bench/results/flush-*.json --stream $(wildcard bench/results/stream-*.json) > docs/capacity.md
 
 bench-acks: setup
 	$(PY) bench/bench_acks.py
-bench-stream: setup
-	$(PY) bench/bench_stream.py
+bench-stream: setup setup-flink
+	$(PY) bench/bench_stream.py $(BENCH_ARGS)
 
 # EMR Serverless (none of it in `make test`; each downloads from PyPI, by hash, on first use):
 # the job's Python environment archive for the construct's release (build/emr/), a real

@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--groups", type=int, default=2_000)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--save", type=Path, help="also write the JSON line to this file (for bench/capacity.py)")
     args = parser.parse_args(argv)
     policy = Policy()
     cores = int(args.master.removeprefix("local[").rstrip("]")) if args.master.startswith("local[") else os.cpu_count()
@@ -163,6 +164,8 @@ def main(argv: list[str] | None = None) -> dict:
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     print(json.dumps(figures))
+    if args.save:
+        args.save.write_text(json.dumps(figures) + "\n")
     return figures
 
 

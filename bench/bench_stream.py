@@ -288,6 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--state-shards", type=int, default=DEFAULT_SHARDS)
     parser.add_argument("--warmup-events", type=int, default=100_000,
                         help="Records each query first runs on, unmeasured (0: no warm-up).")
+    parser.add_argument("--save", type=Path, help="also write the JSON line to this file (for bench/capacity.py)")
     args = parser.parse_args(argv)
     policy = Policy(debounce_ms=args.debounce_ms, hard_window_ms=args.hard_window_ms)
     cores = int(args.master.removeprefix("local[").rstrip("]")) if args.master.startswith("local[") else None
@@ -345,6 +346,8 @@ def main(argv: list[str] | None = None) -> dict:
         "ratio_vs_flink_session_window": round(aggregator_json["events_per_s"] / flink["events_per_s"], 3),
     }
     print(json.dumps(figures))
+    if args.save:
+        args.save.write_text(json.dumps(figures) + "\n")
     return figures
 
 

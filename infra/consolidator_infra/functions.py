@@ -8,6 +8,7 @@ function.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from consolidator.settings import (
     CleanupSettings,
     FlushSettings,
     IngestSettings,
+    MigrateSettings,
     load_settings,
 )
 from consolidator_infra.config import ConfigError
@@ -37,7 +39,7 @@ HANDLER = "handler.handler"
 
 # The settings model each function's handler loads (functions/<name>/handler.py).
 RUNTIME_SETTINGS = {"ingest": IngestSettings, "flush": FlushSettings, "cleanup": CleanupSettings,
-                    "migrate": CleanupSettings, "acks": AckSettings}
+                    "migrate": MigrateSettings, "acks": AckSettings}
 # Stand-ins for values known only at deploy time (tokens), of the form the setting takes.
 _SECRET = "arn:aws:secretsmanager:eu-west-1:111111111111:secret:synth-placeholder"
 _QUEUE = "sqs://sqs.eu-west-1.amazonaws.com/111111111111/synth-placeholder"
@@ -45,6 +47,7 @@ DEPLOY_TIME_PLACEHOLDERS = {
     "CONSOLIDATOR_DATABASE_SECRET_ARN": _SECRET, "CONSOLIDATOR_REDIS_AUTH_SECRET_ARN": _SECRET,
     "CONSOLIDATOR_REDIS_URL": "rediss://synth-placeholder:6379/0", "CONSOLIDATOR_DEAD_LETTER_URL": _QUEUE,
     "CONSOLIDATOR_SINK_URL": _QUEUE, "CONSOLIDATOR_COMPLETION_SINK_URL": _QUEUE,
+    "CONSOLIDATOR_DATABASE_USERS": json.dumps(dict.fromkeys(("ingest", "flush", "acks", "cleanup"), _SECRET)),
 }
 
 

@@ -188,7 +188,7 @@ def test_each_function_runs_its_code_as_its_own_user(users, database_url, monkey
     monkeypatch.setenv("CONSOLIDATOR_COMPLETION_SINK_URL", "sqs://" + completions.removeprefix("https://"))
     sender = AckClient(acks_queue, client=sqs)
     for batch in batches:
-        sender.ack(batch["batch_id"], members=list(range(len(batch["members"]))))
+        sender.ack(batch, members=list(range(len(batch["members"]))))
     acks = load_handler("acks")
     response = acks.handler(lambda_event(received(sqs, acks_queue)), LocalLambdaContext(function_name="acks"))
     assert response == {"batchItemFailures": []}
