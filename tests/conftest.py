@@ -47,17 +47,19 @@ def store(database_url: str, clock: ManualClock) -> Iterator[MySQLStore]:
 @pytest.fixture(autouse=True)
 def _restore_loggers() -> Iterator[None]:
     """Loading a Lambda handler inside a test copies Powertools' handler, bound to that test's
-    captured stdout, onto the project's module loggers (``consolidator.*``); put those back
-    afterwards so a later test does not log into a closed stream. Powertools' own service
-    loggers (``consolidator-flush`` ...) keep their state."""
-    def ours() -> list[logging.Logger]:
-        return [lg for name, lg in logging.root.manager.loggerDict.items()
-                if isinstance(lg, logging.Logger) and (name == "consolidator" or name.startswith("consolidator."))]
+    captured stdout, and the function's level onto every registered logger (the project's, and
+    libraries' such as py4j); put every logger back afterwards, so that a later test neither
+    logs into a closed stream nor runs a library at a handler test's DEBUG level (py4j at DEBUG
+    logs every command it sends: the Spark tests after such a test slowed down tenfold).
+    Powertools' own service loggers (``consolidator-flush`` ...) keep their state."""
+    def registered() -> dict[str, logging.Logger]:
+        return {name: lg for name, lg in logging.root.manager.loggerDict.items()
+                if isinstance(lg, logging.Logger) and not name.startswith("consolidator-")}
 
-    saved = {logger.name: (list(logger.handlers), logger.level, logger.propagate) for logger in ours()}
+    saved = {name: (list(lg.handlers), lg.level, lg.propagate) for name, lg in registered().items()}
     yield
-    for logger in ours():
-        handlers, level, propagate = saved.get(logger.name, ([], logging.NOTSET, True))
+    for name, logger in registered().items():
+        handlers, level, propagate = saved.get(name, ([], logging.NOTSET, True))
         logger.handlers[:] = handlers
         logger.setLevel(level)
         logger.propagate = propagate
