@@ -23,6 +23,8 @@ from consolidator.sinks import OutgoingBatch
 from consolidator.sinks.file import FileSink
 
 LINE_BYTES = 1 << 20  # one entry of about 1 MiB, 16 per write: the kill lands mid-write
+# a dead-letter entry is bounded to fit SQS (256 KiB): 80 of 200 KB make a 16 MB write
+DEAD_LETTER_DETAIL = 200_000
 
 WRITER = textwrap.dedent("""
     import sys
@@ -42,7 +44,7 @@ WRITER = textwrap.dedent("""
 
         dead_letter = FileDeadLetter(path)
         while True:
-            assert dead_letter.send([{"kind": "poison", "detail": pad}] * 16) == set()
+            assert dead_letter.send([{"kind": "poison", "detail": pad}] * 80) == set()
 """)
 
 
@@ -60,11 +62,11 @@ def workdir(tmp_path) -> Iterator[Path]:
         shutil.rmtree(directory)
 
 
-def kill_mid_write(kind: str, path: Path) -> None:
+def kill_mid_write(kind: str, path: Path, pad: int = LINE_BYTES) -> None:
     """Run a writer and SIGKILL it until it dies with a torn (unterminated) tail on disk."""
     for _ in range(50):
         path.unlink(missing_ok=True)
-        child = subprocess.Popen([sys.executable, "-c", WRITER, kind, str(path), str(LINE_BYTES)])
+        child = subprocess.Popen([sys.executable, "-c", WRITER, kind, str(path), str(pad)])
         try:
             deadline = time.monotonic() + 30
             while (path.stat().st_size if path.exists() else 0) < 2 * LINE_BYTES:
@@ -105,10 +107,10 @@ def test_file_sink_killed_mid_write_never_shows_a_torn_batch(workdir):
 
 def test_file_dead_letter_killed_mid_write_never_shows_a_torn_entry(workdir):
     path = workdir / "dead-letter.jsonl"
-    kill_mid_write("dead_letter", path)
+    kill_mid_write("dead_letter", path, DEAD_LETTER_DETAIL)
     dead_letter = FileDeadLetter(path)
     before = dead_letter.read()
-    assert before and all(e["kind"] == "poison" and len(e["detail"]) == LINE_BYTES for e in before)
+    assert before and all(e["kind"] == "poison" and len(e["detail"]) == DEAD_LETTER_DETAIL for e in before)
 
     assert dead_letter.send([{"kind": "poison", "detail": "next"}]) == set()
     lines = strict_lines(path)
