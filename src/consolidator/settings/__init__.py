@@ -12,7 +12,7 @@ with the credentials of URLs masked. URL checks live in :mod:`consolidator.setti
 
 from __future__ import annotations
 
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
@@ -143,6 +143,52 @@ class _Fields(Root):
         )
 
 
+class _Format(Root):
+    """The value format of the source topic and its schema registry (consolidator.formats)."""
+
+    value_format: Literal["json", "avro", "protobuf", "json-schema"] = Field(
+        "json", description="json: plain JSON values; avro, protobuf, json-schema: values in a schema registry's"
+        " wire format, decoded with their schema from SCHEMA_REGISTRY_URL or GLUE_REGISTRY_NAME")
+    schema_registry_url: str | None = Field(
+        None, pattern=r"^https?://[^\s@/]+(/\S*)?$", max_length=2048,
+        description="Confluent-compatible schema registry (no credentials in the URL: see SCHEMA_REGISTRY_SECRET_ARN)")
+    schema_registry_secret_arn: SecretArn | None = Field(
+        None, description='Secrets Manager secret {"username": ..., "password": ...} of SCHEMA_REGISTRY_URL'
+        " (Confluent Cloud: the API key and its secret)")
+    glue_registry_name: str | None = Field(
+        None, min_length=1, max_length=255, pattern=r"^[A-Za-z0-9_$#.-]+$",
+        description="AWS Glue Schema Registry name (values in Glue's wire format); instead of SCHEMA_REGISTRY_URL")
+    schema_registry_timeout_seconds: Seconds = Field(
+        5, le=60, description="How long one schema lookup may wait for the registry (once per schema id)")
+
+    @model_validator(mode="after")
+    def _one_schema_source(self) -> Self:
+        url, secret, glue = (f"{ENV_PREFIX}{name}" for name in (
+            "SCHEMA_REGISTRY_URL", "SCHEMA_REGISTRY_SECRET_ARN", "GLUE_REGISTRY_NAME"))
+        given = [name for name, value in ((url, self.schema_registry_url), (glue, self.glue_registry_name),
+                                          (secret, self.schema_registry_secret_arn)) if value]
+        if self.value_format == "json":
+            if given:
+                raise ValueError(f"{', '.join(given)}: VALUE_FORMAT json reads no schema registry; unset it or"
+                                 " choose avro, protobuf or json-schema")
+            return self
+        if bool(self.schema_registry_url) == bool(self.glue_registry_name):
+            raise ValueError(f"{url}, {glue}: VALUE_FORMAT {self.value_format} needs exactly one of them")
+        if self.glue_registry_name and self.schema_registry_secret_arn:
+            raise ValueError(f"{secret}: it is for {url}; the Glue registry uses the function's IAM role")
+        if self.glue_registry_name and self.value_format == "protobuf":
+            raise ValueError(f"{glue}: VALUE_FORMAT protobuf with the Glue registry is not supported here (Glue keeps"
+                             " .proto text, which needs a compiler): decode in the event source mapping instead"
+                             " (README: value formats)")
+        return self
+
+    def value_decoder(self):
+        """The :class:`consolidator.formats.ValueDecoder` of these settings; None for JSON."""
+        from consolidator.formats import build_value_decoder
+
+        return build_value_decoder(self)
+
+
 class _Policy(Root):
     debounce_seconds: Seconds = Field(300, le=31 * DAY_SECONDS)
     hard_window_seconds: Seconds = Field(1800, le=31 * DAY_SECONDS)
@@ -207,7 +253,7 @@ class _Sink(Root):
     )
 
 
-class IngestSettings(_DeadLetter, _Fields, _Base):
+class IngestSettings(_DeadLetter, _Format, _Fields, _Base):
     """What the ingest function needs."""
 
 
@@ -278,7 +324,7 @@ class AckSettings(CompletionSettings):
     )
 
 
-class StreamSettings(_Policy, _Sink, _DeadLetter, _Fields):
+class StreamSettings(_Policy, _Sink, _DeadLetter, _Format, _Fields):
     """What ``consolidator spark stream`` needs (its options override these, same names and units)."""
 
     # Kafka is the source unless the command reads files (``spark stream --input``)
@@ -293,7 +339,7 @@ class StreamSettings(_Policy, _Sink, _DeadLetter, _Fields):
                           "in the job's arguments; COMPLETION_DATABASE_URL then gives host, port, database, TLS")
 
 
-class ReplaySettings(_Policy, _Fields):
+class ReplaySettings(_Policy, _Format, _Fields):
     """What ``consolidator spark replay`` needs: the policy (each grid candidate is checked as an
     override of it) and the field names."""
 
