@@ -68,6 +68,7 @@ __all__ = [
     "allowed_range",
     "check_database_url",
     "check_dead_letter_url",
+    "check_glue_format",
     "check_redis_url",
     "check_setting",
     "check_sink_url",
@@ -143,6 +144,16 @@ class _Fields(Root):
         )
 
 
+def check_glue_format(value_format: str, name: str) -> None:
+    """The one rule between a value format and the Glue registry, for the function's settings and
+    the CDK environment files: Glue keeps Protobuf schemas as .proto text, which only a compiler
+    reads, so Protobuf with Glue is decoded by the event source mapping, not the function."""
+    if value_format == "protobuf":
+        raise ValueError(f"{name}: Protobuf with the Glue registry cannot be decoded in the function (Glue keeps"
+                         " .proto text, which needs a compiler): decode it in the event source mapping"
+                         " (README: value formats)")
+
+
 class _Format(Root):
     """The value format of the source topic and its schema registry (consolidator.formats)."""
 
@@ -176,10 +187,8 @@ class _Format(Root):
             raise ValueError(f"{url}, {glue}: VALUE_FORMAT {self.value_format} needs exactly one of them")
         if self.glue_registry_name and self.schema_registry_secret_arn:
             raise ValueError(f"{secret}: it is for {url}; the Glue registry uses the function's IAM role")
-        if self.glue_registry_name and self.value_format == "protobuf":
-            raise ValueError(f"{glue}: VALUE_FORMAT protobuf with the Glue registry is not supported here (Glue keeps"
-                             " .proto text, which needs a compiler): decode in the event source mapping instead"
-                             " (README: value formats)")
+        if self.glue_registry_name:
+            check_glue_format(self.value_format, glue)
         return self
 
     def value_decoder(self):
