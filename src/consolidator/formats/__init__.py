@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from consolidator.events import Event, FieldNames, KafkaRecord, PoisonEvent, PoisonReason, decode
 from consolidator.formats.base import RegistryUnavailable, ValueDecoder
-from consolidator.formats.decoder import VALUE_FORMATS, RegistryValueDecoder
+from consolidator.formats.decoder import VALUE_FORMATS, RegistryValueDecoder, ValueFormat
 
-__all__ = ["VALUE_FORMATS", "RegistryUnavailable", "RegistryValueDecoder", "ValueDecoder", "decode_event"]
+__all__ = ["VALUE_FORMATS", "RegistryUnavailable", "RegistryValueDecoder", "ValueDecoder", "ValueFormat",
+           "decode_event", "value_format_of"]
 
 
 def decode_event(values: ValueDecoder | None, record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Event:
@@ -30,23 +31,11 @@ def decode_event(values: ValueDecoder | None, record: KafkaRecord, names: FieldN
     return decode(record._replace(value=values.to_json(value)), names, max_event_bytes)
 
 
-def build_value_decoder(settings) -> ValueDecoder | None:
-    """The decoder the settings (``_Format`` of :mod:`consolidator.settings`) describe; None for
-    JSON. Reads the registry's secret here, once, when the service is built."""
+
+def value_format_of(settings) -> ValueFormat | None:
+    """The value format the settings (``_Format`` of :mod:`consolidator.settings`) describe;
+    None for JSON."""
     if settings.value_format == "json":
         return None
-    source: object
-    if settings.glue_registry_name:
-        from consolidator.formats.glue import GlueRegistry
-
-        source = GlueRegistry(settings.glue_registry_name, settings.schema_registry_timeout_seconds)
-    else:
-        from consolidator.aws_secrets import secret_string
-        from consolidator.formats.confluent import ConfluentRegistry, credentials_from_secret
-
-        secret = settings.schema_registry_secret_arn
-        source = ConfluentRegistry(settings.schema_registry_url,
-                                   credentials_from_secret(secret_string(secret)) if secret else None,
-                                   settings.schema_registry_timeout_seconds)
-    return RegistryValueDecoder(settings.value_format, source, glue=bool(settings.glue_registry_name),  # type: ignore[arg-type]
-                                max_bytes=settings.max_event_bytes)
+    return ValueFormat(settings.value_format, settings.schema_registry_url, settings.schema_registry_secret_arn,
+                       settings.glue_registry_name, settings.schema_registry_timeout_seconds, settings.max_event_bytes)

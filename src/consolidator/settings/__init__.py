@@ -191,11 +191,17 @@ class _Format(Root):
             check_glue_format(self.value_format, glue)
         return self
 
-    def value_decoder(self):
-        """The :class:`consolidator.formats.ValueDecoder` of these settings; None for JSON."""
-        from consolidator.formats import build_value_decoder
+    def value_format_spec(self):
+        """The :class:`consolidator.formats.ValueFormat` of these settings; None for JSON."""
+        from consolidator.formats import value_format_of
 
-        return build_value_decoder(self)
+        return value_format_of(self)
+
+    def value_decoder(self):
+        """A :class:`consolidator.formats.ValueDecoder` of these settings (reads the registry's
+        secret now); None for JSON."""
+        spec = self.value_format_spec()
+        return None if spec is None else spec.decoder()
 
 
 class _Policy(Root):
