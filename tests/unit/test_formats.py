@@ -21,6 +21,8 @@ from format_values import (
     proto_order,
     proto_schema_text,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from moto import mock_aws
 from schema_registry import LocalSchemaRegistry
 from support import record
@@ -230,3 +232,40 @@ def test_glue_unreachable_is_a_dependency_failure():
     values = RegistryValueDecoder("avro", GlueRegistry("shop", timeout_s=1, client=client), glue=True)
     with pytest.raises(RegistryUnavailable):
         values.to_json(glue("12345678-1234-1234-1234-123456789012", avro_body(order())))
+
+
+# -- any bytes: an event or poison, nothing else ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def every_format():
+    r = LocalSchemaRegistry()
+    ids = {"avro": r.register("AVRO", json.dumps(ORDER_V2)),
+           "protobuf": r.register("PROTOBUF", proto_schema_text(order_proto())),
+           "json-schema": r.register("JSON", json.dumps({"type": "object"}))}
+    yield r, ids
+    r.stop()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value_format=st.sampled_from(["avro", "protobuf", "json-schema"]), body=st.binary(max_size=64),
+       indexes=st.sampled_from([b"", b"\x00", b"\x02\x00", b"\x04\x02\x00", b"\x7f", b"\x02\x01"]))
+def test_any_bytes_after_a_known_schema_id_are_an_event_or_poison(every_format, value_format, body, indexes):
+    registry, ids = every_format
+    values = _decoders(registry.url)[value_format]
+    value = confluent(ids[value_format], (indexes if value_format == "protobuf" else b"") + body)
+    try:
+        decode_event(values, record(0, value), NAMES, LIMIT)
+    except PoisonEvent as error:
+        assert error.reason in {"undecodable_value", "bad_wire_format", "not_object", "missing_group_key",
+                                "missing_item_id", "bad_group_key", "bad_item_id", "bad_items", "bad_quantity"}
+
+
+_DECODERS: dict[str, dict] = {}
+
+
+def _decoders(url: str) -> dict:
+    if url not in _DECODERS:
+        _DECODERS[url] = {f: RegistryValueDecoder(f, ConfluentRegistry(url, timeout_s=2))
+                          for f in ("avro", "protobuf", "json-schema")}
+    return _DECODERS[url]
