@@ -64,13 +64,14 @@ class ConsolidatorStack(Stack):
         kafka_cidr = (config.msk.broker_cidr or config.network.vpc_cidr) if isinstance(config.sink, KafkaSinkConfig) else None
 
         self.value_format = ValueFormat(self, "ValueFormat", config=config.msk.schema_registry)
+        ingest_group = net.function_group("Ingest", database=True, cache=False, kafka_cidr=None)
         self.ingest = self.functions.build(
             "ingest", description="MSK records -> MySQL buffer (partial batch failures)",
             timeout=Duration.seconds(fn.ingest_timeout_seconds), memory_mb=fn.ingest_memory_mb,
-            security_group=net.function_group("Ingest", database=True, cache=False, kafka_cidr=None),
+            security_group=ingest_group,
             environment={**fields, **self._database_user("ingest"), **self.value_format.function_environment()},
         )
-        self.value_format.grant(self.ingest)
+        self.value_format.grant(self.ingest, ingest_group)
         self.flush = self.functions.build(
             "flush", description="Claims due groups, publishes one batch per group, marks them sent",
             timeout=Duration.seconds(fn.flush_timeout_seconds), memory_mb=fn.flush_memory_mb,

@@ -13,6 +13,9 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -51,10 +54,17 @@ class ValueFormat(Construct):
                 environment[f"{P}SCHEMA_REGISTRY_SECRET_ARN"] = self.secret.secret_arn
         return environment
 
-    def grant(self, function: lambda_.Function) -> None:
-        """What the function reads when it decodes: the registry's secret, or Glue's schema versions."""
+    def grant(self, function: lambda_.Function, group: ec2.SecurityGroup) -> None:
+        """What the function reads when it decodes: the registry's secret, or Glue's schema
+        versions; and the registry's port when it is not HTTPS's 443 (which every function may
+        reach: consolidator_infra.network)."""
         if not self.in_function:
             return
+        if self.config.confluent_url:
+            parts = urlsplit(self.config.confluent_url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            if port != 443:
+                group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(port), "Schema registry")
         if self.secret is not None:
             self.secret.grant_read(function)
         if self.config.glue_registry_arn:

@@ -73,12 +73,17 @@ def test_the_function_decodes_with_glue_reading_only_that_registrys_schemas(tmp_
 
 
 def test_the_function_decodes_with_a_confluent_registry_and_reads_its_secret(tmp_path):
-    stack, template = _synth(tmp_path, "fn", {"value_format": "avro", "confluent_url": URL,
+    url = "https://registry.internal.example:8081"
+    stack, template = _synth(tmp_path, "fn", {"value_format": "avro", "confluent_url": url,
                                               "confluent_secret_arn": SECRET})
     mapping, variables, statements = _ingest(stack, template)
     assert "SchemaRegistryConfig" not in mapping["AmazonManagedKafkaEventSourceConfig"]
     assert (variables["CONSOLIDATOR_VALUE_FORMAT"], variables["CONSOLIDATOR_SCHEMA_REGISTRY_URL"],
-            variables["CONSOLIDATOR_SCHEMA_REGISTRY_SECRET_ARN"]) == ("avro", URL, SECRET)
+            variables["CONSOLIDATOR_SCHEMA_REGISTRY_SECRET_ARN"]) == ("avro", url, SECRET)
+    group = stack.resolve(stack.ingest.connections.security_groups[0].node.default_child.logical_id)
+    egress = template.to_json()["Resources"][group]["Properties"]["SecurityGroupEgress"]
+    assert {(rule["FromPort"], rule["Description"]) for rule in egress} >= {(443, "HTTPS to AWS APIs"),
+                                                                           (8081, "Schema registry")}
     assert any("secretsmanager:GetSecretValue" in s["Action"] and SECRET in json.dumps(s["Resource"])
                for s in statements)
 
