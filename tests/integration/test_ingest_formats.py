@@ -11,7 +11,7 @@ import logging
 
 import boto3
 import pytest
-from format_values import ORDER_V2, avro_body, avro_serializer, confluent, order
+from format_values import ORDER_V1, ORDER_V2, avro_body, avro_serializer, confluent, order
 from moto import mock_aws
 from schema_registry import LocalSchemaRegistry
 from support import record, sql
@@ -120,3 +120,25 @@ def test_registry_credentials_come_from_the_secret_and_are_never_logged(registry
         response = ingest.handle_msk_event(event_from_records([record(1, confluent(2, avro_body(DOCS[1])))]))
     assert failures(response) == [("orders-0", 1)]
     assert "schema registry" in caplog.text and password not in caplog.text and password not in repr(ingest)
+
+
+def test_redrive_decodes_with_the_registry_once_it_knows_the_schema(registry, store, tmp_path, clock):
+    from consolidator.services.redrive import redrive_poison
+
+    values = RegistryValueDecoder("avro", ConfluentRegistry(registry.url, timeout_s=1))
+    ingest = service(store, tmp_path, clock, values)
+    value = confluent(77, avro_body(DOCS[1]))
+    assert ingest.handle_msk_event(event_from_records([record(0, value)])) == {"batchItemFailures": []}
+    [entry] = FileDeadLetter(tmp_path / "dlq.jsonl").read()
+    assert (entry["reason"], entry["schema_id"]) == ("unknown_schema", "77")
+
+    registry.schemas[77] = {"schema": json.dumps(ORDER_V1)}  # registered since (a restored registry)
+    registry.status = 503
+    values.cache.failures.clear()
+    report = redrive_poison([entry], ingest)
+    assert (report.stored, report.still_poison, [f["offset"] for f in report.failed]) == (0, [], [0])
+    registry.status = None
+    values.cache.failures.clear()
+    report = redrive_poison([entry], ingest)
+    assert (report.stored, report.still_poison, report.failed) == (1, [], [])
+    assert [r["item_id"] for r in sql(store, ROWS)] == ["B"]

@@ -85,7 +85,8 @@ def redrive_poison(entries: Iterable[dict], ingest: IngestService) -> RedriveRep
             report.still_poison.append({"source": source, "reason": str(exc.reason), "detail": exc.detail})
             continue
         except RegistryUnavailable:
-            pass  # not known yet whether it is still poison: the redrive below reports it failed
+            records.append(record)  # still poison or not is unknown yet: the redrive reports it failed
+            continue
         records.append(record)
     for start in range(0, len(records), CHUNK):
         outcome = ingest.redrive(records[start : start + CHUNK])
