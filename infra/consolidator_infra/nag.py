@@ -47,6 +47,15 @@ def suppress_findings(stack: ConsolidatorStack) -> None:
     for function in (stack.ingest, stack.flush, stack.cleanup, stack.migrate):
         NagSuppressions.add_resource_suppressions(function.role, [MANAGED_EXECUTION_POLICIES, XRAY], apply_to_children=True)
         NagSuppressions.add_resource_suppressions(function, [PINNED_RUNTIME])
+    registry = stack.config.msk.schema_registry
+    if registry is not None and registry.glue_registry_arn:  # Glue schema versions (value_format.py)
+        NagSuppressions.add_resource_suppressions(stack.ingest.role, [NagPackSuppression(
+            id="AwsSolutions-IAM5",
+            reason="glue:GetSchemaVersion is granted on the schemas of the one configured registry"
+                   " (schema/<registry>/*): a value names its schema version by id, and which schemas"
+                   " the producers register there is only known at run time.",
+            applies_to=[{"regex": "/^Resource::.*:schema/.*\\*.*$/"}],
+        )], apply_to_children=True)
     for queue in (stack.dead_letters.queue, stack.dead_letters.ingest_failures):
         NagSuppressions.add_resource_suppressions(queue, [TERMINAL_QUEUE])
     if stack.completion is not None:  # batch completion tracking: the acks function and its DLQ

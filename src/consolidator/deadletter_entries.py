@@ -73,6 +73,8 @@ def poison_entry(record: KafkaRecord, error: PoisonEvent, now_ms: int) -> dict:
         "dead_lettered_at": iso_ms(now_ms),
     }
     entry = _text(entry, "detail", error.detail)
+    if error.schema_id is not None:  # a value in a registry format (consolidator.formats)
+        entry["schema_id"] = error.schema_id
     entry = _raw(entry, "key", record.key, MAX_KEY_BYTES)
     if record.key is None:  # unchanged shape for a record without a key
         entry = {k: v for k, v in entry.items() if k not in ("key_bytes", "key_truncated")}

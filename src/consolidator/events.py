@@ -102,6 +102,10 @@ class PoisonReason(StrEnum):
     BAD_ENVELOPE = "bad_envelope"
     UNIDENTIFIABLE = "unidentifiable_record"
     BAD_EVENT = "bad_event"
+    # the value format in front of the JSON parsing (consolidator.formats)
+    BAD_WIRE_FORMAT = "bad_wire_format"
+    UNKNOWN_SCHEMA = "unknown_schema"
+    UNDECODABLE_VALUE = "undecodable_value"
 
 
 class PoisonEvent(ConsolidatorError):
@@ -111,6 +115,7 @@ class PoisonEvent(ConsolidatorError):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.schema_id: str | None = None  # the registry's id of the value's schema, when it has one
 
 
 DAY_MS = 86_400_000

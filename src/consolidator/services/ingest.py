@@ -31,7 +31,8 @@ from typing import Protocol
 from consolidator.clock import Clock
 from consolidator.deadletter import DeadLetter, poison_entry, rejected_entry
 from consolidator.errors import DeliveryError, StoreError, StoreUnavailable
-from consolidator.events import Event, FieldNames, KafkaRecord, PoisonEvent, SourcePosition, decode
+from consolidator.events import Event, FieldNames, KafkaRecord, PoisonEvent, SourcePosition
+from consolidator.formats import RegistryUnavailable, ValueDecoder, decode_event
 from consolidator.msk import Rejected, batch_item_failures, parse_event
 from consolidator.store.mysql import IngestCounts, MySQLStore
 
@@ -93,6 +94,12 @@ class IngestService:
     clock: Clock
     metrics: MetricsRecorder = field(default_factory=NoMetrics)
     pipeline_rows: int = PIPELINE_ROWS  # records decoded per pipelined statement; 0: always the exact path
+    values: ValueDecoder | None = None  # the value format (consolidator.formats); None: JSON
+
+    def decode(self, record: KafkaRecord) -> Event:
+        """``record``'s event; :class:`PoisonEvent` for bad input, :class:`RegistryUnavailable`
+        when the value's schema cannot be looked up now (a dependency failure, never poison)."""
+        return decode_event(self.values, record, self.names, self.max_event_bytes)
 
     def handle_msk_event(self, event: object) -> dict:
         """The whole Lambda contract: MSK event in, partial batch response out. No input makes
@@ -131,16 +138,16 @@ class IngestService:
         nothing written, at the first poison record or statement error: the exact path then
         handles the invocation from the start (dead letter, isolating a failing record), so the
         outcome is the exact path's."""
-        names, limit, size = self.names, self.max_event_bytes, self.pipeline_rows
+        names, limit, size, values = self.names, self.max_event_bytes, self.pipeline_rows, self.values
 
         def decoded():
             for start in range(0, len(records), size):
-                yield [decode(r, names, limit) for r in records[start:start + size]]
+                yield [decode_event(values, r, names, limit) for r in records[start:start + size]]
 
         try:
             counts = self.store.ingest_pipelined({(r.topic, r.partition) for r in records}, decoded(),
                                                  self.clock.now_ms())
-        except (PoisonEvent, StoreError):
+        except (PoisonEvent, StoreError, RegistryUnavailable):
             return False
         except StoreUnavailable as error:
             log.error("database unavailable; failing every record", extra={"error": str(error)})
@@ -169,9 +176,15 @@ class IngestService:
         ]
         for record in records:
             try:
-                events.append(decode(record, self.names, self.max_event_bytes))
+                events.append(self.decode(record))
             except PoisonEvent as error:
                 poison.append((record.position, poison_entry(record, error, now), str(error.reason), error.detail))
+            except RegistryUnavailable as error:
+                log.error("schema registry unavailable; the record and the later records of its partition"
+                          " will be retried", extra={"source": record.position.as_dict(), "error": str(error)})
+                _cut(cut, record.position)
+        if cut:  # what follows a record the registry could not decode waits for it, poison included
+            poison = [p for p in poison if p[0].offset < cut.get((p[0].topic, p[0].partition), _NEVER)]
         positions = [*(r.position for r in records), *(p for p, *_ in poison)]
         try:
             settled = self._dead_letter(poison, outcome, cut)
@@ -190,8 +203,8 @@ class IngestService:
         events = []
         for record in records:
             try:
-                events.append(decode(record, self.names, self.max_event_bytes))
-            except PoisonEvent:
+                events.append(self.decode(record))
+            except (PoisonEvent, RegistryUnavailable):
                 outcome.failed.append(record.position)
         chunks = [events] if events else []
         while chunks:
@@ -297,4 +310,5 @@ def build_ingest_service(settings, metrics: MetricsRecorder | None = None, clock
         max_event_bytes=settings.max_event_bytes,
         clock=clock or SystemClock(),
         metrics=metrics or NoMetrics(),
+        values=settings.value_decoder(),
     )

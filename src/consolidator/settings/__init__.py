@@ -45,6 +45,7 @@ from consolidator.settings.urls import (
     check_sink_url,
     mask,
 )
+from consolidator.settings.value_format import _Format, check_glue_format
 
 __all__ = [
     "DAY_SECONDS",
@@ -68,6 +69,7 @@ __all__ = [
     "allowed_range",
     "check_database_url",
     "check_dead_letter_url",
+    "check_glue_format",
     "check_redis_url",
     "check_setting",
     "check_sink_url",
@@ -207,7 +209,7 @@ class _Sink(Root):
     )
 
 
-class IngestSettings(_DeadLetter, _Fields, _Base):
+class IngestSettings(_DeadLetter, _Format, _Fields, _Base):
     """What the ingest function needs."""
 
 
@@ -278,7 +280,7 @@ class AckSettings(CompletionSettings):
     )
 
 
-class StreamSettings(_Policy, _Sink, _DeadLetter, _Fields):
+class StreamSettings(_Policy, _Sink, _DeadLetter, _Format, _Fields):
     """What ``consolidator spark stream`` needs (its options override these, same names and units)."""
 
     # Kafka is the source unless the command reads files (``spark stream --input``)
@@ -293,7 +295,7 @@ class StreamSettings(_Policy, _Sink, _DeadLetter, _Fields):
                           "in the job's arguments; COMPLETION_DATABASE_URL then gives host, port, database, TLS")
 
 
-class ReplaySettings(_Policy, _Fields):
+class ReplaySettings(_Policy, _Format, _Fields):
     """What ``consolidator spark replay`` needs: the policy (each grid candidate is checked as an
     override of it) and the field names."""
 

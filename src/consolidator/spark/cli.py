@@ -127,7 +127,7 @@ def stream(
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
         tracking_database_url=s.completion_database_url,
         tracking_database_secret_arn=s.completion_database_secret_arn, state_shards=state_shards,
-        input_path=input_path, input_format=input_format,
+        input_path=input_path, input_format=input_format, values=s.value_format_spec(),
     )
     spark = build_session("consolidator-stream", master=master)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -256,7 +256,8 @@ def replay(
                                      options=options).load())
     else:
         frame = read_record_files(spark, input_path, input_format)
-    result = run_replay(frame, policies, settings.field_names(), settings.max_event_bytes).persist()
+    result = run_replay(frame, policies, settings.field_names(), settings.max_event_bytes,
+                        settings.value_format_spec()).persist()
     try:
         write_outputs(result, str(out))
         figures = compute_figures(result, policies)

@@ -319,13 +319,14 @@ DEFAULT_NAMES = FieldNames()
 
 
 def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFAULT_NAMES,
-           max_event_bytes: int = 262_144):
+           max_event_bytes: int = 262_144, values=None):
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`) -> one frame of batches,
     dead letters and per-group summaries (:data:`OUTPUT_SCHEMA`) for every policy at once.
 
     Records are decoded by :func:`consolidator.spark.transforms.decode` (Spark's string functions
     where they provably agree with ``events.decode``, ``events.decode`` for the rest), shuffled
-    once by group key, and each group simulated under each policy."""
+    once by group key, and each group simulated under each policy. ``values``: the records'
+    :class:`~consolidator.formats.ValueFormat` (None: JSON), decoded in Python."""
     from pyspark.sql import functions as F
 
     from consolidator.spark.transforms import POISON_GROUP, decode
@@ -335,7 +336,7 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFA
     names_seen = [p.name for p in policies]
     if len(set(names_seen)) != len(names_seen):
         raise ValueError(f"policy names must be unique: {names_seen}")
-    frame = decode(records_df, names, max_event_bytes)
+    frame = decode(records_df, names, max_event_bytes, values=values)
     poison = F.col("group_key") == POISON_GROUP
     needed = frame.select("group_key", "timestamp_ms", "topic", "partition", "offset", "item_id", "items",
                           F.when(poison, F.col("key")).alias("key"), "value", "poison_reason", "poison_detail")
