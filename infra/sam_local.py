@@ -4,6 +4,9 @@
 API on this machine.
 
     python infra/sam_local.py [cdk.out]     # after a synth; exit 1 when a template fails the lint
+    python infra/sam_local.py serve ingest [--env-vars local-env.json] [--port 9000] [--template T]
+        # one function of a synthesized template behind the emulator, until Ctrl-C: post events
+        # to http://127.0.0.1:9000/2015-03-31/functions/function/invocations
 
 The SAM CLI runs from its own environment, ``.tools/sam`` (``scripts/setup.sh test`` installs it
 from ``scripts/sam-requirements.txt``, by hash), offline: telemetry off, and its weekly PyPI
@@ -18,6 +21,7 @@ import platform
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import urllib.request
@@ -106,6 +110,17 @@ class TemplateFunction:
     environment: dict[str, str]  # the literal variables (intrinsic functions dropped, as SAM does)
 
 
+def function_logical_id(template: Path, name: str) -> str:
+    """The logical id of function ``name`` (``ingest``) of the stack: ``.../Functions/Ingest/Resource``."""
+    suffix = f"/Functions/{name.capitalize()}/Resource"
+    found = [key for key, resource in json.loads(template.read_text())["Resources"].items()
+             if resource["Type"] == "AWS::Lambda::Function"
+             and resource.get("Metadata", {}).get("aws:cdk:path", "").endswith(suffix)]
+    if len(found) != 1:
+        raise SamError(f"{template.name} has no function {name!r} (a construct path ending in {suffix})")
+    return found[0]
+
+
 def template_function(template: Path, logical_id: str) -> TemplateFunction:
     resource = json.loads(template.read_text())["Resources"][logical_id]
     properties, metadata = resource["Properties"], resource.get("Metadata", {})
@@ -170,11 +185,19 @@ class EmulatedFunction:
 
 
 def emulate(task_root: Path, handler: str, *, name: str, environment: dict[str, str], timeout_seconds: int,
-            memory_mb: int, log: Path, python: str = sys.executable, path: tuple[str, ...] = ()) -> EmulatedFunction:
-    """Start the emulator (on a free loopback port) with ``python -S -m awslambdaric HANDLER`` as
-    the runtime, in ``task_root`` as Lambda's /var/task: the module search path is the task root,
-    then ``path`` (the dependencies), and nothing of ``python``'s own site-packages."""
-    api_port, http_port = _free_port(), _free_port()
+            memory_mb: int, log: Path, python: str = sys.executable, path: tuple[str, ...] = (),
+            port: int | None = None) -> EmulatedFunction:
+    """Start the emulator on loopback ``port`` (default: a free one) with ``python -S -m
+    awslambdaric HANDLER`` as the runtime, in ``task_root`` as Lambda's /var/task: the module
+    search path is the task root, then ``path`` (the dependencies), and nothing of ``python``'s
+    own site-packages."""
+    if port is not None:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError as error:
+                raise SamError(f"port {port} on 127.0.0.1 is taken ({error.strerror}): choose another") from error
+    api_port, http_port = _free_port(), port or _free_port()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
         **environment,
@@ -202,11 +225,93 @@ def emulate(task_root: Path, handler: str, *, name: str, environment: dict[str, 
             time.sleep(0.05)
 
 
+def start_function(template: Path, name: str, work: Path, overrides: dict[str, str] | None = None, *,
+                   timeout_seconds: int | None = None, port: int | None = None) -> EmulatedFunction:
+    """Function ``name`` of ``template`` behind the emulator, as ``sam local invoke`` runs it:
+    its ``Handler``, ``Timeout`` (unless ``timeout_seconds``) and ``MemorySize``, its bundled
+    code laid out in ``work/name`` (without the bundle's wheels: this interpreter's packages
+    instead), its literal environment variables and then ``overrides``. Output in ``work/name.log``."""
+    from bundle import dependencies
+
+    function = template_function(template, function_logical_id(template, name))
+    task_root = code_layout(function.code, dependencies(), work / name)
+    return emulate(task_root, function.handler, name=function.logical_id,
+                   environment={**function.environment, **(overrides or {})},
+                   timeout_seconds=timeout_seconds or function.timeout_seconds, memory_mb=function.memory_mb,
+                   log=work / f"{name}.log", path=project_site_packages(), port=port)
+
+
 def templates_in(outdir: Path) -> list[Path]:
     return sorted(outdir.glob("assembly-*/*.template.json"))
 
 
+def project_site_packages() -> tuple[str, ...]:
+    """Where this interpreter's packages are (the project's .venv: x86_64 or arm64, this machine's)."""
+    paths = sysconfig.get_paths()
+    return tuple(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+
+
+def local_environment(env_vars: Path | None, logical_id: str) -> dict[str, str]:
+    """``sam local invoke --env-vars`` semantics: ``Parameters`` for every function, then the
+    section named by the function's logical id."""
+    if env_vars is None:
+        return {}
+    document = json.loads(env_vars.read_text())
+    merged = {**document.get("Parameters", {}), **document.get(logical_id, {})}
+    return {key: str(value) for key, value in merged.items()}
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def serve(argv: list[str]) -> int:
+    import argparse
+    import signal
+
+    from bundle import BundleError
+
+    parser = argparse.ArgumentParser(prog="python infra/sam_local.py serve",
+                                     description="One function behind the Lambda Runtime Interface Emulator.")
+    parser.add_argument("function", help="ingest, flush, cleanup, acks or migrate")
+    parser.add_argument("--template", type=Path, help="synthesized template (default: the Dev stage's in cdk.out)")
+    parser.add_argument("--env-vars", type=Path, help="JSON like sam local invoke's: Parameters and/or <LogicalId>")
+    parser.add_argument("--port", type=int, default=9000, help="loopback HTTP port of the emulator (default 9000)")
+    args = parser.parse_args(argv)
+    template = args.template or next(iter(sorted((REPO / "cdk.out").glob("assembly-Dev/*.template.json"))), None)
+    if template is None:
+        print("no synthesized Dev template in cdk.out: run `make synth` first", file=sys.stderr)
+        return 2
+    try:
+        logical_id = function_logical_id(template, args.function)
+        with tempfile.TemporaryDirectory(prefix=f"sam-{args.function}-") as tmp:
+            emulated = start_function(template, args.function, Path(tmp),
+                                      local_environment(args.env_vars, logical_id), port=args.port)
+            print(f"{logical_id} on {emulated.url}{INVOCATIONS}; its output follows; Ctrl-C stops it", flush=True)
+            signal.signal(signal.SIGINT, _interrupt)  # Ctrl-C, and a kill, stop the emulator too
+            signal.signal(signal.SIGTERM, _interrupt)
+            shown = 0
+            try:
+                while emulated.process.poll() is None:
+                    text = emulated.output()
+                    sys.stdout.write(text[shown:])
+                    sys.stdout.flush()
+                    shown = len(text)
+                    time.sleep(0.2)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                emulated.stop()
+                sys.stdout.write(emulated.output()[shown:])
+    except (SamError, BundleError) as error:
+        print(error, file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["serve"]:
+        return serve(argv[1:])
     outdir = Path(argv[0]) if argv else REPO / "cdk.out"
     templates = templates_in(outdir)
     if not templates:

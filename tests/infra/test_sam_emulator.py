@@ -10,7 +10,6 @@ of the module's own, the local Redis and file sinks (no AWS API is called)."""
 from __future__ import annotations
 
 import json
-import sysconfig
 import time
 import uuid
 from collections.abc import Iterator
@@ -54,7 +53,6 @@ def module_database() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def emulated(synthesized, module_database, tmp_path_factory):
     """name -> EmulatedFunction, for migrate, ingest, flush, cleanup and acks of the dev stage."""
-    import bundle
     import redis
     import sam_local
 
@@ -73,20 +71,14 @@ def emulated(synthesized, module_database, tmp_path_factory):
         "CONSOLIDATOR_EVENT_TTL_SECONDS": "0", "CONSOLIDATOR_TICK_INTERVAL_SECONDS": "0.25",
         "CONSOLIDATOR_FUNCTION_TIMEOUT_SECONDS": str(FLUSH_TIMEOUT_SECONDS),
         "CONSOLIDATOR_LOCK_TTL_SECONDS": str(FLUSH_TIMEOUT_SECONDS)}}
-    dependencies = bundle.dependencies()  # what the bundle holds besides the code (arm64 wheels)
-    site_packages = tuple(dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]))
     functions = {}
     try:
         for name in ("migrate", "ingest", "flush", "cleanup", "acks"):
-            function = sam_local.template_function(env.template_path, env.logical_id(getattr(env.stack, name)))
-            task_root = sam_local.code_layout(function.code, dependencies, work / name)
-            assert sorted(p.name for p in task_root.iterdir()) == ["consolidator", "handler.py"]
-            variables = {k: v for k, v in function.environment.items() if k not in local}
-            functions[name] = sam_local.emulate(
-                task_root, function.handler, name=function.logical_id,
-                environment={**variables, **local, **overrides.get(name, {})},
-                timeout_seconds=FLUSH_TIMEOUT_SECONDS if name == "flush" else function.timeout_seconds,
-                memory_mb=function.memory_mb, log=work / f"{name}.log", path=site_packages)
+            functions[name] = sam_local.start_function(
+                env.template_path, name, work, {**local, **overrides.get(name, {})},
+                timeout_seconds=FLUSH_TIMEOUT_SECONDS if name == "flush" else None)
+            assert functions[name].name == env.logical_id(getattr(env.stack, name))
+            assert sorted(p.name for p in (work / name).iterdir()) == ["consolidator", "handler.py"]
         migrated = functions["migrate"].invoke({})
         assert "errorType" not in migrated and migrated["applied"], migrated
         yield functions, work
