@@ -4,7 +4,7 @@
 API on this machine.
 
     python infra/sam_local.py [cdk.out]     # after a synth; exit 1 when a template fails the lint
-    python infra/sam_local.py serve ingest [--env-vars local-env.json] [--port 9000] [--template T]
+    python infra/sam_local.py serve ingest [--env-vars local-env.json] [--port 9000] [--timeout S] [--template T]
         # one function of a synthesized template behind the emulator, until Ctrl-C: post events
         # to http://127.0.0.1:9000/2015-03-31/functions/function/invocations
 
@@ -277,6 +277,7 @@ def serve(argv: list[str]) -> int:
     parser.add_argument("--template", type=Path, help="synthesized template (default: the Dev stage's in cdk.out)")
     parser.add_argument("--env-vars", type=Path, help="JSON like sam local invoke's: Parameters and/or <LogicalId>")
     parser.add_argument("--port", type=int, default=9000, help="loopback HTTP port of the emulator (default 9000)")
+    parser.add_argument("--timeout", type=int, help="seconds per invocation (default: the template's Timeout)")
     args = parser.parse_args(argv)
     template = args.template or next(iter(sorted((REPO / "cdk.out").glob("assembly-Dev/*.template.json"))), None)
     if template is None:
@@ -286,7 +287,8 @@ def serve(argv: list[str]) -> int:
         logical_id = function_logical_id(template, args.function)
         with tempfile.TemporaryDirectory(prefix=f"sam-{args.function}-") as tmp:
             emulated = start_function(template, args.function, Path(tmp),
-                                      local_environment(args.env_vars, logical_id), port=args.port)
+                                      local_environment(args.env_vars, logical_id), port=args.port,
+                                      timeout_seconds=args.timeout)
             print(f"{logical_id} on {emulated.url}{INVOCATIONS}; its output follows; Ctrl-C stops it", flush=True)
             signal.signal(signal.SIGINT, _interrupt)  # Ctrl-C, and a kill, stop the emulator too
             signal.signal(signal.SIGTERM, _interrupt)
