@@ -70,6 +70,7 @@ synth: setup
 	$(PY) infra/app.py
 	.venv/bin/cfn-lint --ignore-checks W3005 -- cdk.out/assembly-*/*.template.json
 	$(PY) infra/iac_scan.py cdk.out
+	$(PY) infra/sam_local.py cdk.out
 
 lint: setup
 	.venv/bin/ruff check src functions infra tests bench chaos
