@@ -45,5 +45,6 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
         lock=RedisLock.from_url(settings.redis_url, ttl_ms=round(settings.lock_ttl_seconds * 1000),
                                 password=secret_string(arn) if (arn := settings.redis_auth_secret_arn) else None),
         completion_tracking=settings.completion_tracking,
+        shape=settings.shape(),
     )
 
