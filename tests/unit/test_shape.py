@@ -19,10 +19,25 @@ from consolidator.batch import (
     schema_name,
     split_to_fit,
 )
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition, decode
+from consolidator.events import (
+    FieldNames,
+    KafkaRecord,
+    PoisonEvent,
+    PoisonReason,
+    SourcePosition,
+    decode,
+)
 from consolidator.policy import FlushReason
 from consolidator.settings import ConfigurationError, IngestSettings, load_settings
-from consolidator.shape import EventView, Shape, ShapeError, parse_outputs, parse_payload, stored_items, stored_text
+from consolidator.shape import (
+    EventView,
+    Shape,
+    ShapeError,
+    parse_outputs,
+    parse_payload,
+    stored_items,
+    stored_text,
+)
 
 SENSORS = parse_outputs(orjson.dumps([
     {"name": "readings", "op": "count"},
