@@ -378,10 +378,12 @@ def split_to_fit(
 
 def fit_claims(
     group_key: str, claims: Sequence[tuple[FlushReason, Sequence[Member]]], flushed_at_ms: int, policy: Policy,
-    options: MessageOptions = PLAIN,
+    tracked: bool = False,
 ) -> list[tuple[FlushReason, list[Member]]]:
     """:func:`~consolidator.policy.plan_batches` claims split under ``policy.max_batch_bytes`` and
-    so that their summed quantities fit int64 (:func:`fitting_prefix`)."""
+    so that their summed quantities fit int64 (:func:`fitting_prefix`), the size counted with
+    the policy's shape, ``held_back_ms`` when the group has a rate limit, and the tracking fields."""
+    options = MessageOptions(policy.shape, tracked, policy.limit_for(group_key) is not None)
     return [(reason, batch) for reason, members in claims
             for batch in split_to_fit(group_key, members, reason, flushed_at_ms, policy.max_batch_bytes, options)]
 

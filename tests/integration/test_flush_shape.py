@@ -39,9 +39,9 @@ def test_every_published_message_fits_the_cap_and_validates(store, clock, tmp_pa
     stored = store.ingest([decode(r, names, 1 << 20) for r in records], clock.now_ms()).stored
     assert stored == 400
     policy = Policy(debounce_ms=1000, hard_window_ms=1000, max_batch_size=500, tick_interval_ms=1000,
-                    rate_limit=RateLimit(2, 60_000) if limited else None, max_batch_bytes=CAP)
+                    rate_limit=RateLimit(2, 60_000) if limited else None, max_batch_bytes=CAP, shape=shape)
     sink = RecordingSink(tmp_path / "out.jsonl")
-    service = make_service(store, sink, clock, tmp_path, policy, completion_tracking=tracked, shape=shape,
+    service = make_service(store, sink, clock, tmp_path, policy, completion_tracking=tracked,
                            max_rows_per_tick=1_000_000)
     for _ in range(60):
         clock.advance(30_000)

@@ -50,7 +50,6 @@ from consolidator.services.flush_report import (
     duplicate_batch_id,
 )
 from consolidator.services.ingest import MetricsRecorder, NoMetrics
-from consolidator.shape import Shape
 from consolidator.sinks import OutgoingBatch, Sink
 from consolidator.store.claims import ClaimCursor
 from consolidator.store.completion import SealedBatch
@@ -82,7 +81,6 @@ class FlushService:
     publish_chunk: int = 20  # batches handed to the sink per call
     safety_margin_ms: int = 5_000  # no new claim when less time than this remains
     completion_tracking: bool = False  # seal batches before their first publish (issue 12)
-    shape: Shape | None = None  # the event shape (issue 22); None: the version 1 message
     _epochs: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # topic epochs, this tick
     _ack_key: bytes | None = field(default=None, init=False, repr=False)  # read once, never logged
 
@@ -170,7 +168,7 @@ class FlushService:
                 try:
                     batch = self.store.claim(group.group_key, reason, limit, now, max_bytes=self.policy.max_batch_bytes,
                                              rate=rate, expired_before_ms=cutoff, cursor=cursor, epochs=self._epochs,
-                                             options=MessageOptions(self.shape, self.completion_tracking))
+                                             options=MessageOptions(self.policy.shape, self.completion_tracking))
                 except DuplicateBatchId as error:
                     duplicate_batch_id(self.metrics, error)
                     break
@@ -278,7 +276,7 @@ class FlushService:
                 continue
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                     ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
-                                    shape=self.shape)
+                                    shape=self.policy.shape)
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
             pending.append(_Pending(batch, failed_before[batch.batch_id] + 1, encode(message),
@@ -361,7 +359,7 @@ class FlushService:
         now = self.clock.now_ms()
         message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                 ack_key=self._tracking_key(), held_back_ms=batch.held_back_ms,
-                                epochs=batch.epochs, shape=self.shape)
+                                epochs=batch.epochs, shape=self.policy.shape)
         if self.dead_letter.send([dead_batch_entry(message, attempts, error, now)]):
             log.error("dead-letter write failed; batch stays CLAIMED and is retried next tick",
                       extra={"batch_id": batch.batch_id, "attempts": attempts})

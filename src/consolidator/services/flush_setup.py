@@ -37,7 +37,8 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
         store=open_store(settings.database_url, settings.database_secret_arn),
         sink=sink,
         dead_letter=dead_letter_from_url(settings.dead_letter_url),
-        policy=dataclasses.replace(settings.policy(), max_batch_bytes=batch_bytes_cap(settings.max_batch_bytes, sink)),
+        policy=dataclasses.replace(settings.policy(), max_batch_bytes=batch_bytes_cap(settings.max_batch_bytes, sink),
+                                   shape=settings.shape()),
         clock=clock or SystemClock(),
         max_attempts=settings.max_attempts,
         max_rows_per_tick=settings.max_rows_per_tick,
@@ -45,6 +46,5 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
         lock=RedisLock.from_url(settings.redis_url, ttl_ms=round(settings.lock_ttl_seconds * 1000),
                                 password=secret_string(arn) if (arn := settings.redis_auth_secret_arn) else None),
         completion_tracking=settings.completion_tracking,
-        shape=settings.shape(),
     )
 
