@@ -61,6 +61,9 @@ def _write(tmp_path: Path, name: str, **changes) -> Path:
         ({"completion__senders": ["arn:aws:iam::111111111111:root*"]}, "completion.senders.0"),
         ({"completion__max_concurrency": 1}, "completion.max_concurrency: Input should be greater than or equal to 2"),
         ({"completion__max_concurrency": 8, "completion__reserved_concurrency": 4}, "reserved_concurrency must be >="),
+        ({"policy__aggregate": '[{"name": "n", "op": "avg", "path": "a"}]'}, "op must be one of"),
+        ({"policy__aggregate": "specs/aggregate.json"}, "not a file path"),
+        ({"policy__member_payload": "everything"}, "must be none, full or a JSON list of paths"),
     ],
 )
 def test_invalid_environment_names_the_field(tmp_path, changes, message):
