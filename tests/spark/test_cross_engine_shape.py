@@ -76,7 +76,7 @@ def test_random_shapes_and_histories_give_identical_batches_on_both_engines(spar
     names = FieldNames(group_key="tenant", item_id="user", shape=shape)
     policy = Policy(debounce_ms=60_000, hard_window_ms=300_000, max_batch_size=rng.choice([3, 6, 50]),
                     tick_interval_ms=30_000, max_batch_bytes=rng.choice([None, 2500]),
-                    rate_limit=rng.choice([None, RateLimit(1, 120_000)]), shape=shape)
+                    rate_limit=rng.choice([None, RateLimit(1, 120_000)]), ttl_ms=rng.choice([0, 240_000]), shape=shape)
     records = random_history(rng)
     lambda_batches, lambda_dead = serverless(records, store, tmp_path, policy, names)
     lambda_bodies = sorted((tmp_path / "serverless-batches.jsonl").read_bytes().splitlines())
@@ -87,6 +87,7 @@ def test_random_shapes_and_histories_give_identical_batches_on_both_engines(spar
     result = replay(frame, [NamedPolicy("shaped", policy)], names).collect()
     spark_bodies = sorted(r["body"].encode() for r in result if r["kind"] == "batch")
     spark_dead = [json.loads(r["body"]) for r in result if r["kind"] == "dead_letter"]
+    spark_expired = [json.loads(r["body"]) for r in result if r["kind"] == "expired"]
 
     assert lambda_bodies and len(lambda_bodies) == len({m["batch_id"] for m in lambda_batches})
     assert spark_bodies == lambda_bodies  # same ids, same bytes
@@ -97,3 +98,5 @@ def test_random_shapes_and_histories_give_identical_batches_on_both_engines(spar
                        for e in entries if e["reason"] != "expired"})
 
     assert poison(spark_dead) == poison(lambda_dead)
+    lambda_expired = [e for e in lambda_dead if e["reason"] == "expired"]
+    assert sorted(spark_expired, key=json.dumps) == sorted(lambda_expired, key=json.dumps)

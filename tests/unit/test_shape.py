@@ -205,3 +205,12 @@ def test_every_message_fits_the_cap_on_its_exact_bytes_and_validates_against_the
         assert len(body) <= cap or len(batch) == 1
         assert len(body) <= message_bytes("g", batch, FlushReason.IDLE, 10_000, options)
         VALIDATORS[schema_name(message)].validate(orjson.loads(body))
+
+
+def test_an_expired_row_of_a_generic_shape_carries_its_kept_event_bounded():
+    from consolidator.deadletter_entries import MAX_ITEMS_CHARS, expired_entry
+
+    entry = expired_entry("d", member(4, "s1", {"status": "ok"}), 10_000, 10_000)
+    assert entry["event"] == {"status": "ok"} and "items" not in entry
+    large = expired_entry("d", member(5, "s2", {"blob": "x" * MAX_ITEMS_CHARS}), 10_000, 10_000)
+    assert large["event"] is None and large["event_truncated"] is True
