@@ -263,7 +263,7 @@ def message_bytes_bound(group_key: str, members: Sequence[Member], options: Mess
     size = 512 + 6 * len(group_key)  # fixed fields, keys, batch id, times, counts
     size += 160 if options.tracked or options.rate_limited else 0  # ack token, flags, held-back time
     for m in members:
-        size += (12 if options.tracked else 1) * len(m.item_id) + 3 + 6 * len(m.position.topic) + 96
+        size += (12 if options.tracked else 6) * len(m.item_id) + 3 + 6 * len(m.position.topic) + 96
         size += sum(6 * len(sku) + 64 for sku, _ in _pairs(m.items))
     return size
 

@@ -16,6 +16,7 @@ from consolidator.batch import (
     encode,
     load_schema,
     message_bytes,
+    message_bytes_bound,
     schema_name,
     split_to_fit,
 )
@@ -194,7 +195,7 @@ def test_every_message_fits_the_cap_on_its_exact_bytes_and_validates_against_the
     members = []
     for i, blob in enumerate(blobs):
         if shape is None:
-            members.append(Member(SourcePosition("t", 0, i), f"item-{i}", ((f"sku{i % 3}", i),), i, i + 1))
+            members.append(Member(SourcePosition("t", 0, i), f"item-\x01\"{i}", ((f"sku{i % 3}", i),), i, i + 1))
         else:
             members.append(member(i, f"item-{i % 5}", {"status": "ok", "blob": blob, "reading": {"celsius": i}}))
     options = MessageOptions(shape, tracked, rate_limited)
@@ -204,6 +205,7 @@ def test_every_message_fits_the_cap_on_its_exact_bytes_and_validates_against_the
         body = encode(message)
         assert len(body) <= cap or len(batch) == 1
         assert len(body) <= message_bytes("g", batch, FlushReason.IDLE, 10_000, options)
+        assert len(body) <= message_bytes_bound("g", batch, options)
         VALIDATORS[schema_name(message)].validate(orjson.loads(body))
 
 
