@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pymysql
+from generic import GENERIC_NAMES, GENERIC_RECORDS, generic_record
 from server_cpu import ServerCpu, per_record_us
 
 from consolidator.clock import SystemClock
@@ -75,9 +76,10 @@ def reset(store: MySQLStore) -> None:
             cur.execute(f"TRUNCATE TABLE {table}")
 
 
-def run_service(store: MySQLStore, records: list[KafkaRecord], batch_size: int, dlq_dir: str) -> float:
+def run_service(store: MySQLStore, records: list[KafkaRecord], batch_size: int, dlq_dir: str,
+                names: FieldNames | None = None) -> float:
     service = IngestService(store, FileDeadLetter(Path(dlq_dir) / "dlq.jsonl"),
-                            FieldNames(), 256 * 1024, SystemClock())
+                            names or FieldNames(), 256 * 1024, SystemClock())
     events = [event_from_records(records[i:i + batch_size]) for i in range(0, len(records), batch_size)]
     started = time.perf_counter()
     for event in events:
@@ -146,10 +148,14 @@ def main() -> None:
     phases = [("service", lambda: run_service(store, records, args.batch_size, tmp)),
               ("load_data", lambda: run_load_data(store, rows, tmp))] * args.repeat
     phases.append(("per_record", lambda: run_per_record(store, rows[: args.per_record_sample])))
+    # the generic shape (bench/generic.py): ~1 KB events, full payload, four outputs; a small run
+    rng = random.Random(11)
+    generic = [generic_record(r, rng) for r in records[:GENERIC_RECORDS]]
+    phases.append(("generic", lambda: run_service(store, generic, args.batch_size, tmp, GENERIC_NAMES)))
     with tempfile.TemporaryDirectory() as tmp:
         for name, run in phases:
             reset(store)
-            count = args.per_record_sample if name == "per_record" else len(records)
+            count = {"per_record": args.per_record_sample, "generic": len(generic)}.get(name, len(records))
             before, cpu_before = cpu.sample(), time.process_time()
             seconds = run()
             run_server = per_record_us(before, cpu.sample(), count)
@@ -188,6 +194,9 @@ def main() -> None:
         "per_record_records_per_s": round(results["per_record"]),
         "ratio_vs_load_data": round(results["service"] / results["load_data"], 3),
         "ratio_vs_per_record": round(results["service"] / results["per_record"], 2),
+        "generic_records": len(generic),
+        "generic_records_per_s": round(results["generic"]),
+        "generic_ratio_vs_service": round(results["generic"] / results["service"], 3),
         "server_cpu_us_per_record": server["service"]["process"],
         "load_data_server_cpu_us_per_record": server["load_data"]["process"],
         "per_record_server_cpu_us_per_record": server["per_record"]["process"],
