@@ -279,7 +279,12 @@ def retain(document: dict, shape: Shape) -> EventView:
     for output in shape.outputs:
         if output.path is not None:
             _check(output, lookup(document, output.path))
-    return EventView(document if shape.full_payload else _project(document, shape.reads()))
+    kept = document if shape.full_payload else _project(document, shape.reads())
+    try:  # as deep as the message holds it (message, members, member, event): the encoder's limit
+        orjson.dumps([[[[kept]]]])
+    except TypeError:
+        raise ValueFault("(event)", "nesting the encoder can write (about 250 levels)", "deeper nesting") from None
+    return EventView(kept)
 
 
 def payload_of(view: EventView, shape: Shape) -> object:

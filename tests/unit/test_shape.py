@@ -216,3 +216,17 @@ def test_an_expired_row_of_a_generic_shape_carries_its_kept_event_bounded():
     assert entry["event"] == {"status": "ok"} and "items" not in entry
     large = expired_entry("d", member(5, "s2", {"blob": "x" * MAX_ITEMS_CHARS}), 10_000, 10_000)
     assert large["event"] is None and large["event_truncated"] is True
+
+
+def test_an_event_nested_too_deep_to_write_into_a_message_is_poison_not_an_error():
+    deep = b'{"device": "d", "sensor": "s", "blob": ' + b"[" * 300 + b"]" * 300 + b"}"
+    with pytest.raises(PoisonEvent) as raised:
+        decode(KafkaRecord("t", 0, 0, 0, None, deep), FieldNames("device", "sensor", shape=Shape(SENSORS, True)),
+               1 << 20)
+    assert raised.value.reason is PoisonReason.BAD_VALUE and "nesting" in raised.value.detail
+    fine = b'{"device": "d", "sensor": "s", "blob": ' + b"[" * 200 + b"]" * 200 + b"}"
+    event = decode(KafkaRecord("t", 0, 0, 0, None, fine), FieldNames("device", "sensor", shape=Shape(SENSORS, True)),
+                   1 << 20)
+    message = build_message("d", [Member(event.position, "s", event.items, 1, 2)], FlushReason.IDLE, 3,
+                            shape=Shape(SENSORS, True))
+    assert orjson.loads(encode(message)) == message and stored_items(stored_text(event.items)) == event.items
