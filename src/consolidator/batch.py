@@ -153,11 +153,7 @@ def build_message(
         return _build_shaped(group_key, members, reason, flushed_at_ms, ack_key, held_back_ms, epochs, shape)
     if not members:
         raise ValueError("a batch needs at least one member")
-    newest_per_item: dict[str, Member] = {}
-    for member in members:
-        current = newest_per_item.get(member.item_id)
-        if current is None or member.position > current.position:
-            newest_per_item[member.item_id] = member
+    newest_per_item = _newest_per_item(members)
     quantities: dict[str, int] = {}
     for member in newest_per_item.values():
         for sku, quantity in _pairs(member.items):
