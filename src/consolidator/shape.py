@@ -90,8 +90,8 @@ class Output:
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """A compiled aggregation spec and member payload (``payload`` None: none; ``()`` with
-    ``full``: the whole event; else the paths each member carries)."""
+    """A compiled aggregation spec and member payload: with ``full_payload`` each member carries
+    its whole newest event, else with ``payload_paths`` its projection on them, else nothing."""
 
     outputs: tuple[Output, ...]
     full_payload: bool = False
