@@ -60,3 +60,30 @@ def test_every_published_message_fits_the_cap_and_validates(store, clock, tmp_pa
     if shape is not None:
         total = sum(orjson.loads(b)["aggregates"]["total"] for b in bodies)
         assert total == sum(range(400))  # one row per item: every event is the newest of its item
+
+
+def test_an_event_that_can_never_fit_is_a_batch_of_its_own_and_dies_without_holding_back_the_others(
+        store, clock, tmp_path):
+    """docs/semantics.md 6a: the members around it are published; it alone is refused by the
+    sink before sending, and after max_attempts it is a dead batch in the dead-letter destination."""
+    from consolidator.deadletter import FileDeadLetter
+    from consolidator.services.flush import FlushService
+    from consolidator.sinks.file import FileSink
+
+    shape = Shape(SPEC, full_payload=True)
+    records = [record(i, value(i)) for i in range(6)]
+    records[3] = record(3, orjson.dumps({**orjson.loads(value(3)), "blob": "z" * 3 * CAP}))
+    store.ingest([decode(r, FieldNames(shape=shape), 1 << 20) for r in records], clock.now_ms())
+    sink = FileSink(tmp_path / "out.jsonl", max_message_bytes=CAP)
+    dead = FileDeadLetter(tmp_path / "dead.jsonl")
+    service = FlushService(store=store, sink=sink, dead_letter=dead, clock=clock, max_attempts=2,
+                           policy=Policy(debounce_ms=1000, hard_window_ms=1000, max_batch_bytes=CAP, shape=shape))
+    for _ in range(4):
+        clock.advance(30_000)
+        service.tick()
+    published = [m["offset"] for message in sink.read() for m in message["members"]]
+    assert sorted(published) == [0, 1, 2, 4, 5]
+    [entry] = dead.read()
+    assert (entry["kind"], entry["attempts"]) == ("dead_batch", 2)
+    assert "over the 4000-byte limit" in entry["detail"]
+    assert [m["offset"] for m in entry["batch"]["members"]] == [3]
