@@ -260,15 +260,25 @@ def _check(output: Output, value: object) -> None:
 
 
 def _project(document: dict, paths: Iterable[Path]) -> dict:
+    """A new object with the values of ``document`` at ``paths``, nested as there. A path under
+    one already kept adds nothing; one that is absent, or steps through a value that is not an
+    object, is left out (only the outputs' own paths are checked, by :func:`_check`)."""
     kept: dict = {}
-    for path in paths:
-        value = lookup(document, path)
+    taken: set[Path] = set()
+    for path in sorted(paths, key=len):
+        if any(path[:depth] in taken for depth in range(1, len(path))):
+            continue
+        try:
+            value = lookup(document, path)
+        except ValueFault:
+            continue
         if value is None:
             continue
         node = kept
         for segment in path[:-1]:
             node = node.setdefault(segment, {})
         node[path[-1]] = value
+        taken.add(path)
     return kept
 
 

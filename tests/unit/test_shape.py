@@ -230,3 +230,12 @@ def test_an_event_nested_too_deep_to_write_into_a_message_is_poison_not_an_error
     message = build_message("d", [Member(event.position, "s", event.items, 1, 2)], FlushReason.IDLE, 3,
                             shape=Shape(SENSORS, True))
     assert orjson.loads(encode(message)) == message and stored_items(stored_text(event.items)) == event.items
+
+
+def test_a_projection_keeps_overlapping_paths_once_and_leaves_out_what_it_cannot_reach():
+    shape = Shape(parse_outputs('[{"name": "n", "op": "count"}]'),
+                  payload_paths=(("props", "page"), ("props",), ("tags", "first"), ("gone",)))
+    document = {"props": {"page": "/a", "n": 1}, "tags": "not an object"}
+    event = decode(record({"device": "d", "sensor": "s", **document}), FieldNames("device", "sensor", shape=shape),
+                   1 << 20)
+    assert event.items.event == {"props": {"page": "/a", "n": 1}}
