@@ -21,8 +21,9 @@ Guarantees:
 - **Numbers.** JSON integers are exact within signed 64 bits; an integer outside it, where the
   shape reads a number, is poison (an integer literal beyond 64 bits is read as a double by the
   JSON parser, as every other engine does). Integer sums are exact: a claim whose sum would
-  leave int64 is split, as the byte cap splits it. A sum with any double in it is a double,
-  rounded once (``math.fsum``: the exactly rounded sum, whatever the order); doubles are
+  leave int64 is split, as the byte cap splits it. A sum with any double in it is a double:
+  each value taken as a double (an integer beyond 2**53 is rounded to one), then summed exactly
+  and rounded once (``math.fsum``, whatever the order); doubles are
   written as the shortest text that reads back as the same double.
 """
 
