@@ -97,3 +97,24 @@ def test_runbook_links_need_an_absolute_base_url(tmp_path):
     (directory / "bad.json").write_text(json.dumps(data))
     with pytest.raises(ConfigError, match="alarms.runbook_base_url"):
         load_environment("bad", directory)
+
+
+def test_the_event_shape_of_an_environment_reaches_the_ingest_and_flush_functions(tmp_path):
+    from app import create_app
+    from aws_cdk.assertions import Template
+    from consolidator_infra.stage import ConsolidatorStage
+
+    spec = '[{"name": "n", "op": "count"}]'
+    config = load_environment("shaped", _write(tmp_path, "shaped", policy__aggregate=spec,
+                                               policy__member_payload='["user_id"]'))
+    stage = ConsolidatorStage(create_app(outdir=str(tmp_path / "cdk.out")), config)
+    functions = Template.from_stack(stage.stack).find_resources("AWS::Lambda::Function")
+    shaped = {}
+    for resource in functions.values():
+        variables = resource["Properties"].get("Environment", {}).get("Variables", {})
+        if "CONSOLIDATOR_AGGREGATE" in variables:
+            shaped[variables["CONSOLIDATOR_AGGREGATE"]] = variables["CONSOLIDATOR_MEMBER_PAYLOAD"]
+            assert "CONSOLIDATOR_ITEM_ID_FIELD" in variables  # the functions that decode or build batches
+    assert shaped == {spec: '["user_id"]'}
+    assert sum("CONSOLIDATOR_AGGREGATE" in r["Properties"].get("Environment", {}).get("Variables", {})
+               for r in functions.values()) == 2  # ingest and flush
