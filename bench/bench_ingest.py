@@ -28,6 +28,7 @@ from pathlib import Path
 
 import fastavro
 import pymysql
+from generic import GENERIC_NAMES, GENERIC_RECORDS, generic_record
 from server_cpu import ServerCpu, per_record_us
 
 from consolidator.clock import SystemClock
@@ -113,11 +114,11 @@ def reset(store: MySQLStore) -> None:
 
 
 def run_service(store: MySQLStore, records: list[KafkaRecord], batch_size: int, dlq_dir: str,
-                values: RegistryValueDecoder | None = None) -> float:
-    """The ingest service over ``records`` (values in ``values``' format; None: JSON), in MSK
-    events of ``batch_size``; a new service, so a new schema cache, each run."""
+                names: FieldNames | None = None, values: RegistryValueDecoder | None = None) -> float:
+    """The ingest service over ``records`` (field ``names``; values in ``values``' format, None:
+    JSON), in MSK events of ``batch_size``; a new service, so a new schema cache, each run."""
     service = IngestService(store, FileDeadLetter(Path(dlq_dir) / "dlq.jsonl"),
-                            FieldNames(), 256 * 1024, SystemClock(), values=values)
+                            names or FieldNames(), 256 * 1024, SystemClock(), values=values)
     events = [event_from_records(records[i:i + batch_size]) for i in range(0, len(records), batch_size)]
     started = time.perf_counter()
     for event in events:
@@ -188,10 +189,14 @@ def main() -> None:
               ("service_avro", lambda: run_service(store, avro_records, args.batch_size, tmp, avro_values())),
               ("load_data", lambda: run_load_data(store, rows, tmp))] * args.repeat
     phases.append(("per_record", lambda: run_per_record(store, rows[: args.per_record_sample])))
+    # the generic shape (bench/generic.py): ~1 KB events, full payload, four outputs; a small run
+    rng = random.Random(11)
+    generic = [generic_record(r, rng) for r in records[:GENERIC_RECORDS]]
+    phases.append(("generic", lambda: run_service(store, generic, args.batch_size, tmp, GENERIC_NAMES)))
     with tempfile.TemporaryDirectory() as tmp:
         for name, run in phases:
             reset(store)
-            count = args.per_record_sample if name == "per_record" else len(records)
+            count = {"per_record": args.per_record_sample, "generic": len(generic)}.get(name, len(records))
             before, cpu_before = cpu.sample(), time.process_time()
             seconds = run()
             run_server = per_record_us(before, cpu.sample(), count)
@@ -236,6 +241,9 @@ def main() -> None:
         "avro_ratio_vs_json": round(results["service_avro"] / results["service"], 3),
         "ratio_vs_load_data": round(results["service"] / results["load_data"], 3),
         "ratio_vs_per_record": round(results["service"] / results["per_record"], 2),
+        "generic_records": len(generic),
+        "generic_records_per_s": round(results["generic"]),
+        "generic_ratio_vs_service": round(results["generic"] / results["service"], 3),
         "server_cpu_us_per_record": server["service"]["process"],
         "load_data_server_cpu_us_per_record": server["load_data"]["process"],
         "per_record_server_cpu_us_per_record": server["per_record"]["process"],

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from consolidator.settings import check_glue_format, check_windows, setting_field
+from consolidator.shape import parse_outputs, parse_payload
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
 
@@ -212,6 +213,8 @@ POLICY_SETTINGS = (
     "item_id_field", "items_field", "sku_field", "quantity_field",
     # Rate limit and event TTL (docs/semantics.md section 7); per-group overrides: `consolidator limits`.
     "rate_limit_batches", "rate_limit_period_seconds", "event_ttl_seconds",
+    # The event shape (docs/events.md); in a deployment the spec is inline JSON (no file to read).
+    "aggregate", "member_payload",
 )
 
 
@@ -219,6 +222,11 @@ class _PolicyRules(_Model):
     @model_validator(mode="after")
     def _rules(self) -> Self:
         check_windows(self.debounce_seconds, self.hard_window_seconds)  # the runtime's own rule
+        if self.aggregate is not None:  # the runtime's parser; a function has no spec file to read
+            if not self.aggregate.lstrip().startswith("["):
+                raise ValueError("aggregate must be the spec itself (a JSON list) in a deployment, not a file path")
+            parse_outputs(self.aggregate)
+        parse_payload(self.member_payload)
         if self.tick_interval_seconds > FLUSH_SCHEDULE_SECONDS:
             raise ValueError(f"tick_interval_seconds ({self.tick_interval_seconds:g}) must be at most"
                              f" {FLUSH_SCHEDULE_SECONDS} in a deployment: the flush function is scheduled once a"

@@ -59,6 +59,9 @@ class ConsolidatorStack(Stack):
             f"{P}ITEMS_FIELD": policy.items_field, f"{P}SKU_FIELD": policy.sku_field,
             f"{P}QUANTITY_FIELD": policy.quantity_field, f"{P}MAX_EVENT_BYTES": str(policy.max_event_bytes),
             f"{P}DEAD_LETTER_URL": self.dead_letters.url,
+            # the event shape, only when set: an unset shape keeps the version 1 message
+            **({f"{P}AGGREGATE": policy.aggregate} if policy.aggregate is not None else {}),
+            **({f"{P}MEMBER_PAYLOAD": policy.member_payload} if policy.member_payload != "none" else {}),
         }
         net = self.network
         kafka_cidr = (config.msk.broker_cidr or config.network.vpc_cidr) if isinstance(config.sink, KafkaSinkConfig) else None

@@ -36,7 +36,8 @@ WRITER = textwrap.dedent("""
         from consolidator.sinks import OutgoingBatch
         from consolidator.sinks.file import FileSink
 
-        sink, body = FileSink(path), ('{"pad":"%s"}' % pad).encode()
+        body = ('{"pad":"%s"}' % pad).encode()
+        sink = FileSink(path, max_message_bytes=len(body))  # lines over the default limit: long writes
         while True:
             assert sink.publish([OutgoingBatch("a" * 32, "WH-1", body)] * 16) == {}
     else:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from consolidator.batch import build_message, encode
+from consolidator.batch import MessageOptions, build_message, encode
 from consolidator.clock import Clock
 from consolidator.deadletter import DeadLetter, dead_batch_entry
 from consolidator.errors import DuplicateBatchId, LockUnavailable, StoreError
@@ -167,7 +167,8 @@ class FlushService:
             while reason is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
                 try:
                     batch = self.store.claim(group.group_key, reason, limit, now, max_bytes=self.policy.max_batch_bytes,
-                                             rate=rate, expired_before_ms=cutoff, cursor=cursor, epochs=self._epochs)
+                                             rate=rate, expired_before_ms=cutoff, cursor=cursor, epochs=self._epochs,
+                                             options=MessageOptions(self.policy.shape, self.completion_tracking))
                 except DuplicateBatchId as error:
                     duplicate_batch_id(self.metrics, error)
                     break
@@ -274,7 +275,8 @@ class FlushService:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                    ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs)
+                                    ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
+                                    shape=self.policy.shape)
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
             pending.append(_Pending(batch, failed_before[batch.batch_id] + 1, encode(message),
@@ -357,7 +359,7 @@ class FlushService:
         now = self.clock.now_ms()
         message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                 ack_key=self._tracking_key(), held_back_ms=batch.held_back_ms,
-                                epochs=batch.epochs)
+                                epochs=batch.epochs, shape=self.policy.shape)
         if self.dead_letter.send([dead_batch_entry(message, attempts, error, now)]):
             log.error("dead-letter write failed; batch stays CLAIMED and is retried next tick",
                       extra={"batch_id": batch.batch_id, "attempts": attempts})

@@ -28,6 +28,7 @@ import typer
 from consolidator.redact import masked
 from consolidator.spark.cli_options import (
     _SETTING,
+    AggregateOpt,
     DebounceOpt,
     GroupField,
     HardOpt,
@@ -36,6 +37,7 @@ from consolidator.spark.cli_options import (
     KafkaOpts,
     MasterOpt,
     MaxBytes,
+    PayloadOpt,
     QuantityField,
     RateBatchesOpt,
     RatePeriodOpt,
@@ -81,6 +83,8 @@ def stream(
     items_field: ItemsField = None,
     sku_field: SkuField = None,
     quantity_field: QuantityField = None,
+    aggregate: AggregateOpt = None,
+    member_payload: PayloadOpt = None,
     max_event_bytes: MaxBytes = None,
     master: MasterOpt = None,
     max_batch_bytes: Annotated[int | None, typer.Option(
@@ -212,6 +216,8 @@ def replay(
     items_field: ItemsField = None,
     sku_field: SkuField = None,
     quantity_field: QuantityField = None,
+    aggregate: AggregateOpt = None,
+    member_payload: PayloadOpt = None,
     max_event_bytes: MaxBytes = None,
     max_p95_seconds: Annotated[float | None, typer.Option(
         "--max-p95-seconds", callback=_finite_positive,

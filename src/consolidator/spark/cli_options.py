@@ -27,6 +27,10 @@ ItemField = Annotated[str | None, typer.Option("--item-id-field", help=_SETTING.
 ItemsField = Annotated[str | None, typer.Option("--items-field", help=_SETTING.format("ITEMS_FIELD"))]
 SkuField = Annotated[str | None, typer.Option("--sku-field", help=_SETTING.format("SKU_FIELD"))]
 QuantityField = Annotated[str | None, typer.Option("--quantity-field", help=_SETTING.format("QUANTITY_FIELD"))]
+AggregateOpt = Annotated[str | None, typer.Option(
+    "--aggregate", help="The batch's outputs: JSON list inline or a file path. " + _SETTING.format("AGGREGATE"))]
+PayloadOpt = Annotated[str | None, typer.Option(
+    "--member-payload", help="none, full or a JSON list of paths. " + _SETTING.format("MEMBER_PAYLOAD"))]
 MaxBytes = Annotated[int | None, typer.Option("--max-event-bytes", help=_SETTING.format("MAX_EVENT_BYTES"))]
 RateBatchesOpt = Annotated[int | None, typer.Option(
     "--rate-limit-batches", help="Batches per group per period; 0: none. " + _SETTING.format("RATE_LIMIT_BATCHES"))]

@@ -14,6 +14,7 @@ inside a group are no-ops, as in the buffer's position ledger.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -133,7 +134,7 @@ def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Poli
         expired.extend(expired_entry(group_key, m, tick, tick) for m in plan.expired)
         for claim in plan.claims:
             message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=tick,
-                                    held_back_ms=claim.held_back_ms)
+                                    held_back_ms=claim.held_back_ms, shape=policy.shape)
             batches.append(ReplayBatch(group_key, claim.reason, tick, tuple(claim.rows), message,
                                        claim.held_back_ms))
     return GroupReplay(batches, len(ordered), replayed, expired)
@@ -198,7 +199,7 @@ def simulate_group_fast(group_key: str, events: Sequence[BufferedEvent], policy:
             oldest = min((m.first_seen_ms for m in remaining), default=0)
             newest = max((m.last_update_ms for m in remaining), default=0)
         for reason, members in claims:
-            message = build_message(group_key, members, reason, flushed_at_ms=tick)
+            message = build_message(group_key, members, reason, flushed_at_ms=tick, shape=policy.shape)
             batches.append(ReplayBatch(group_key, reason, tick, tuple(members), message))
     return GroupReplay(batches, count, replayed)
 
@@ -336,6 +337,8 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFA
     names_seen = [p.name for p in policies]
     if len(set(names_seen)) != len(names_seen):
         raise ValueError(f"policy names must be unique: {names_seen}")
+    # the messages' shape is the decoder's: every policy of the grid builds them with it
+    policies = [dataclasses.replace(p, policy=dataclasses.replace(p.policy, shape=names.shape)) for p in policies]
     frame = decode(records_df, names, max_event_bytes, values=values)
     poison = F.col("group_key") == POISON_GROUP
     needed = frame.select("group_key", "timestamp_ms", "topic", "partition", "offset", "item_id", "items",

@@ -29,6 +29,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -122,13 +123,14 @@ def _processor_class():
 
         def _flush(self, shard: PendingTable | Shard, now_ms: int) -> list[tuple]:
             out = []
-            for group_key, plan in shard.plan_due(now_ms, self.policy):
+            for group_key, plan in shard.plan_due(now_ms, self.policy, self.ack_key is not None):
                 for member in plan.expired:  # to the dead-letter destination, like the Lambda path's expiry
                     entry = expired_entry(group_key, member, now_ms, now_ms)
                     out.append((EXPIRED, group_key, None, "expired", json.dumps(entry, sort_keys=True)))
                 for claim in plan.claims:
                     message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=now_ms,
-                                            ack_key=self.ack_key, held_back_ms=claim.held_back_ms)
+                                            ack_key=self.ack_key, held_back_ms=claim.held_back_ms,
+                                            shape=self.policy.shape)
                     out.append((BATCH, group_key, message["batch_id"], str(claim.reason),
                                 encode(message).decode()))
             return out
@@ -206,6 +208,7 @@ def aggregate(records_df, policy: Policy, names: FieldNames = DEFAULT_NAMES, max
     State is keyed by shard of the group key (``shards`` of them, fixed for a checkpoint, see
     :mod:`consolidator.spark.shards`); poison records go to their own key, without state.
     ``values``: the records' :class:`~consolidator.formats.ValueFormat` (None: JSON)."""
+    policy = dataclasses.replace(policy, shape=names.shape)  # the messages' shape is the decoder's
     return by_shard(records_df, names, max_event_bytes, shards, values).transformWithStateInPandas(
         statefulProcessor=_processor_class()(policy, shards, ack_key), outputStructType=OUTPUT_SCHEMA,
         outputMode="Append", timeMode="ProcessingTime")

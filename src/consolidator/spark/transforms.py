@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 
 from consolidator.events import MAX_KEY_CHARS, MAX_QUANTITY, FieldNames, KafkaRecord, PoisonEvent
 from consolidator.formats import ValueFormat, decode_event
+from consolidator.shape import EventView, stored_text
 from consolidator.spark.packing import POISON_GROUP
 
 #: The columns every source yields (Spark's own Kafka source has these names and types).
@@ -43,7 +44,7 @@ DECODED_SCHEMA = T.StructType([
     *RECORD_SCHEMA.fields,
     T.StructField("group_key", T.StringType(), False),
     T.StructField("item_id", T.StringType(), True),
-    T.StructField("items", T.StringType(), True),  # JSON [[sku, quantity], ...]
+    T.StructField("items", T.StringType(), True),  # JSON [[sku, quantity], ...], or {"event": ...} (shape.stored_text)
     T.StructField("poison_reason", T.StringType(), True),
     T.StructField("poison_detail", T.StringType(), True),
 ])
@@ -124,10 +125,11 @@ def read_record_stream(spark: SparkSession, path: str, fmt: str = "json") -> Dat
 
 
 def fast_schema(names: FieldNames) -> T.StructType | None:
-    """The fields the fast path reads, in the order it expects them (None: names collide, or one
-    needs an escape in JSON)."""
+    """The fields the fast path reads, in the order it expects them (None: names collide, one
+    needs an escape in JSON, or a generic event shape is configured: it keeps what it reads of
+    each event, which only ``events.decode`` knows)."""
     fields = (names.group_key, names.item_id, names.items, names.sku, names.quantity)
-    if len(set(fields[:3])) < 3 or names.sku == names.quantity or any(_JSON_ESCAPED.search(f) for f in fields):
+    if names.shape is not None or len(set(fields[:3])) < 3 or names.sku == names.quantity or any(_JSON_ESCAPED.search(f) for f in fields):
         return None
     item = T.StructType([T.StructField(names.sku, T.StringType()), T.StructField(names.quantity, T.LongType())])
     return T.StructType([T.StructField(names.group_key, T.StringType()),
@@ -222,8 +224,9 @@ def decode_value(value: bytes, names: FieldNames, max_event_bytes: int,
         event = decode_event(decoder, KafkaRecord("", 0, 0, 0, None, value), names, max_event_bytes)
     except PoisonEvent as poison:
         return {"group_key": POISON_GROUP, "poison_reason": str(poison.reason), "poison_detail": poison.detail}
-    return {"group_key": event.group_key, "item_id": event.item_id,
-            "items": json.dumps(event.items, separators=(",", ":"), ensure_ascii=False)}
+    items = (stored_text(event.items) if isinstance(event.items, EventView)
+             else json.dumps(event.items, separators=(",", ":"), ensure_ascii=False))
+    return {"group_key": event.group_key, "item_id": event.item_id, "items": items}
 
 
 def _fallback(names: FieldNames, max_event_bytes: int, values: ValueFormat | None = None):

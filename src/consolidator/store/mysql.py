@@ -3,6 +3,7 @@ part per concern (schema, buffer, offsets, batches, partitions, limits, completi
 
 from __future__ import annotations
 
+from consolidator.store.batch_views import BatchViews
 from consolidator.store.batches import BatchStore, ClaimedBatch
 from consolidator.store.buffer import BufferStore, IngestCounts
 from consolidator.store.completion import CompletionStore
@@ -26,6 +27,6 @@ __all__ = [
 ]
 
 
-class MySQLStore(SchemaStore, BufferStore, OffsetStore, EpochStore, BatchStore, PartitionStore, LimitStore,
-                 CompletionStore, UserStore):
+class MySQLStore(SchemaStore, BufferStore, OffsetStore, EpochStore, BatchStore, BatchViews, PartitionStore,
+                 LimitStore, CompletionStore, UserStore):
     """One connection, used by one thread at a time. Reconnects after the server went away."""
