@@ -17,7 +17,7 @@ from pyspark.sql import types as T
 
 from consolidator.events import MAX_KEY_CHARS, MAX_QUANTITY, FieldNames, KafkaRecord, PoisonEvent
 from consolidator.events import decode as decode_record
-from consolidator.spark.packing import POISON_GROUP
+from consolidator.spark.shards import POISON_GROUP
 
 #: The columns every source yields (Spark's own Kafka source has these names and types).
 SOURCE_SCHEMA = T.StructType([
