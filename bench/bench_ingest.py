@@ -26,10 +26,10 @@ import pymysql
 from server_cpu import ServerCpu, per_record_us
 
 from consolidator.clock import SystemClock
-from consolidator.deadletter import FileDeadLetter
 from consolidator.events import FieldNames, KafkaRecord, decode, decode_exact
 from consolidator.msk import event_from_records
 from consolidator.services.ingest import IngestService
+from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.store.databases import drop_owned_database, recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from consolidator.cli import app
 from consolidator.clock import SystemClock
-from consolidator.deadletter import FileDeadLetter, poison_entry
 from consolidator.events import FieldNames, PoisonEvent, PoisonReason, decode
+from consolidator.sinks.deadletter import FileDeadLetter, poison_entry
 from consolidator.store.mysql import MySQLStore
 
 runner = CliRunner()

@@ -23,8 +23,8 @@ from test_acks_handler import lambda_event, received
 from test_ingest_handler import load_handler
 
 from consolidator.clock import ManualClock
-from consolidator.completion import AckClient
-from consolidator.lambda_context import LocalLambdaContext
+from consolidator.consumer.acks import AckClient
+from consolidator.demo.lambda_context import LocalLambdaContext
 from consolidator.msk import event_from_records
 from consolidator.services.cleanup import CleanupService
 from consolidator.store import open_store

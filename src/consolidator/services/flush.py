@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 from consolidator.batch import build_message, encode
 from consolidator.clock import Clock
-from consolidator.deadletter import DeadLetter, dead_batch_entry
 from consolidator.errors import DuplicateBatchId, LockUnavailable, StoreError
 from consolidator.lock import RedisLock
 from consolidator.policy import (
@@ -49,8 +48,9 @@ from consolidator.services.flush_report import (
     TickReport,
     duplicate_batch_id,
 )
-from consolidator.services.ingest import MetricsRecorder, NoMetrics
+from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.sinks import OutgoingBatch, Sink
+from consolidator.sinks.deadletter import DeadLetter, dead_batch_entry
 from consolidator.store.claims import ClaimCursor
 from consolidator.store.completion import SealedBatch
 from consolidator.store.mysql import ClaimedBatch, MySQLStore, Throttled

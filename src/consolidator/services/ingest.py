@@ -26,13 +26,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from consolidator.clock import Clock
-from consolidator.deadletter import DeadLetter, poison_entry, rejected_entry
 from consolidator.errors import DeliveryError, StoreError, StoreUnavailable
 from consolidator.events import Event, FieldNames, KafkaRecord, PoisonEvent, SourcePosition, decode
 from consolidator.msk import Rejected, batch_item_failures, parse_event
+from consolidator.services.metrics import MetricsRecorder, NoMetrics
+from consolidator.sinks.deadletter import DeadLetter, poison_entry, rejected_entry
 from consolidator.store.mysql import IngestCounts, MySQLStore
 
 log = logging.getLogger(__name__)
@@ -60,17 +60,6 @@ def _cut(cut: dict[Partition, int], position: SourcePosition) -> None:
     """``position`` and every later record of its partition are not made durable."""
     key = (position.topic, position.partition)
     cut[key] = min(cut.get(key, _NEVER), position.offset)
-
-
-class MetricsRecorder(Protocol):
-    """What Powertools' ``Metrics`` offers; services depend on this, not on Powertools."""
-
-    def add_metric(self, name: str, unit: str, value: float) -> None: ...
-
-
-class NoMetrics:
-    def add_metric(self, name: str, unit: str, value: float) -> None:
-        pass
 
 
 @dataclass
@@ -287,7 +276,7 @@ class IngestService:
 def build_ingest_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> IngestService:
     """Wire the service from :class:`~consolidator.settings.IngestSettings`."""
     from consolidator.clock import SystemClock
-    from consolidator.deadletter import dead_letter_from_url
+    from consolidator.sinks.deadletter import dead_letter_from_url
     from consolidator.store import open_store
 
     return IngestService(

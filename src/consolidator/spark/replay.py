@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from consolidator.batch import Member, build_message, encode, fit_claims
-from consolidator.deadletter import expired_entry, poison_entry
 from consolidator.events import (
     FieldNames,
     KafkaRecord,
@@ -39,6 +38,7 @@ from consolidator.policy import (
     next_tick_ms,
     plan_batches,
 )
+from consolidator.sinks.deadletter import expired_entry, poison_entry
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
 
 
