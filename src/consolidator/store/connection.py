@@ -290,15 +290,19 @@ class Connection:
         what to run; the connection is closed, so the next transaction checks again."""
         if self.required_schema is None:
             return
-        with self._connection.cursor() as cur:
-            try:
-                cur.execute("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
-                found = int(cur.fetchone()["v"])
-            except pymysql.err.ProgrammingError as exc:
-                if _code(exc) != NO_SUCH_TABLE:
-                    raise
-                found = 0
-        self._connection.commit()
+        try:
+            with self._connection.cursor() as cur:
+                try:
+                    cur.execute("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
+                    found = int(cur.fetchone()["v"])
+                except pymysql.err.ProgrammingError as exc:
+                    if _code(exc) != NO_SUCH_TABLE:
+                        raise
+                    found = 0
+            self._connection.commit()
+        except BaseException:
+            self.close()  # not checked: the next transaction connects and checks again
+            raise
         if found < self.required_schema:
             database = self.params.database
             self.close()
