@@ -34,11 +34,11 @@ from generic import GENERIC_NAMES, GENERIC_RECORDS, generic_record
 from server_cpu import ServerCpu, per_record_us
 
 from consolidator.clock import ManualClock
-from consolidator.deadletter import FileDeadLetter
 from consolidator.events import Event, KafkaRecord, SourcePosition, decode
 from consolidator.policy import Policy, RateLimit
 from consolidator.services.flush import FlushService
 from consolidator.sinks import Sink
+from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sinks.file import FileSink
 from consolidator.sinks.kafka import KafkaSink
 from consolidator.store.databases import drop_owned_database, recreate_owned_database

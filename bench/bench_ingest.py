@@ -32,12 +32,12 @@ from generic import GENERIC_NAMES, GENERIC_RECORDS, generic_record
 from server_cpu import ServerCpu, per_record_us
 
 from consolidator.clock import SystemClock
-from consolidator.deadletter import FileDeadLetter
 from consolidator.events import FieldNames, KafkaRecord, decode, decode_exact
 from consolidator.formats import RegistryValueDecoder, decode_event
 from consolidator.formats.base import RegisteredSchema
 from consolidator.msk import event_from_records
 from consolidator.services.ingest import IngestService
+from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.store.databases import drop_owned_database, recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 

@@ -4,12 +4,10 @@ reason it is acceptable here. Anything not listed fails ``cdk synth`` and the in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from cdk_nag import NagPackSuppression, NagSuppressions
-
-if TYPE_CHECKING:
-    from consolidator_infra.stack import ConsolidatorStack
+from constructs import Node
 
 MANAGED = "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
 
@@ -42,7 +40,24 @@ TERMINAL_QUEUE = NagPackSuppression(
 )
 
 
-def suppress_findings(stack: ConsolidatorStack) -> None:
+class Suppressed(Protocol):
+    """What :func:`suppress_findings` reads of the stack (``stack.ConsolidatorStack`` has it): the
+    stack imports this module, so this module names the shape, not the class."""
+
+    config: Any
+    ingest: Any
+    flush: Any
+    cleanup: Any
+    migrate: Any
+    acks: Any
+    dead_letters: Any
+    completion: Any
+    database: Any
+    cache: Any
+    node: Node
+
+
+def suppress_findings(stack: Suppressed) -> None:
     config = stack.config
     for function in (stack.ingest, stack.flush, stack.cleanup, stack.migrate):
         NagSuppressions.add_resource_suppressions(function.role, [MANAGED_EXECUTION_POLICIES, XRAY], apply_to_children=True)

@@ -46,11 +46,11 @@ def test_batch_show_and_list_any_batch_with_its_members_and_filters(env, store, 
     import orjson
 
     from consolidator.clock import ManualClock
-    from consolidator.deadletter import FileDeadLetter
     from consolidator.events import FieldNames, KafkaRecord, decode
     from consolidator.policy import Policy
     from consolidator.services.flush import FlushService
     from consolidator.shape import Shape, parse_outputs
+    from consolidator.sinks.deadletter import FileDeadLetter
     from consolidator.sinks.file import FileSink
 
     shape = Shape(parse_outputs('[{"name": "n", "op": "count"}]'), payload_paths=(("page",),))

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from consolidator.deadletter import FileDeadLetter
 from consolidator.sinks import OutgoingBatch
+from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sinks.file import FileSink
 
 LINE_BYTES = 1 << 20  # one entry of about 1 MiB, 16 per write: the kill lands mid-write
@@ -41,7 +41,7 @@ WRITER = textwrap.dedent("""
         while True:
             assert sink.publish([OutgoingBatch("a" * 32, "WH-1", body)] * 16) == {}
     else:
-        from consolidator.deadletter import FileDeadLetter
+        from consolidator.sinks.deadletter import FileDeadLetter
 
         dead_letter = FileDeadLetter(path)
         while True:

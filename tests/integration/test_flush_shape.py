@@ -66,8 +66,8 @@ def test_an_event_that_can_never_fit_is_a_batch_of_its_own_and_dies_without_hold
         store, clock, tmp_path):
     """docs/semantics.md 6a: the members around it are published; it alone is refused by the
     sink before sending, and after max_attempts it is a dead batch in the dead-letter destination."""
-    from consolidator.deadletter import FileDeadLetter
     from consolidator.services.flush import FlushService
+    from consolidator.sinks.deadletter import FileDeadLetter
     from consolidator.sinks.file import FileSink
 
     shape = Shape(SPEC, full_payload=True)

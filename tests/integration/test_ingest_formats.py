@@ -16,13 +16,13 @@ from moto import mock_aws
 from schema_registry import LocalSchemaRegistry
 from support import record, sql
 
-from consolidator.deadletter import FileDeadLetter
 from consolidator.events import FieldNames
 from consolidator.formats import RegistryValueDecoder
 from consolidator.formats.confluent import ConfluentRegistry
 from consolidator.msk import event_from_records
 from consolidator.services.ingest import IngestService, build_ingest_service
 from consolidator.settings import IngestSettings, load_settings
+from consolidator.sinks.deadletter import FileDeadLetter
 
 ROWS = "SELECT group_key, item_id, items, src_offset, merged_events FROM buffer_rows ORDER BY group_key, item_id"
 

@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 import pytest
 
 from consolidator.clock import ManualClock
-from consolidator.deadletter import FileDeadLetter
 from consolidator.events import FieldNames, KafkaRecord
 from consolidator.policy import Policy, RateLimit, next_tick_ms
 from consolidator.services.flush import FlushService
 from consolidator.services.ingest import IngestService
 from consolidator.sinks import sink_from_url
+from consolidator.sinks.deadletter import FileDeadLetter
 
 pytestmark = pytest.mark.spark
 

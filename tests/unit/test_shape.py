@@ -210,7 +210,7 @@ def test_every_message_fits_the_cap_on_its_exact_bytes_and_validates_against_the
 
 
 def test_an_expired_row_of_a_generic_shape_carries_its_kept_event_bounded():
-    from consolidator.deadletter_entries import MAX_ITEMS_CHARS, expired_entry
+    from consolidator.sinks.deadletter_entries import MAX_ITEMS_CHARS, expired_entry
 
     entry = expired_entry("d", member(4, "s1", {"status": "ok"}), 10_000, 10_000)
     assert entry["event"] == {"status": "ok"} and "items" not in entry

@@ -183,10 +183,12 @@ def load_settings(model_name: str):
     return settings.load_settings(getattr(settings, model_name))
 
 
-def store_for(s):
+def store_for(s, *, migrating: bool = False):
+    """The store of settings ``s``; it refuses a schema older than the current one unless
+    ``migrating`` (see :func:`consolidator.store.open_store`)."""
     from consolidator.store import open_store
 
-    return open_store(s.database_url, s.database_secret_arn)
+    return open_store(s.database_url, s.database_secret_arn, migrating=migrating)
 
 
 def wall_clock_ms() -> int:

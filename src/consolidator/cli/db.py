@@ -21,7 +21,7 @@ db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 @guarded
 def db_migrate(as_json: JsonOption = False) -> None:
     """Create or upgrade the schema (idempotent: applies only the missing migrations)."""
-    store = store_for(load_settings("CleanupSettings"))
+    store = store_for(load_settings("CleanupSettings"), migrating=True)
     applied = store.migrate(wall_clock_ms())
     version = store.schema_version()
     if as_json:

@@ -8,7 +8,7 @@ from consolidator.clock import Clock
 from consolidator.errors import ConfigurationError
 from consolidator.lock import RedisLock
 from consolidator.services.flush import FlushService
-from consolidator.services.ingest import MetricsRecorder, NoMetrics
+from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.sinks import Sink
 
 
@@ -28,8 +28,8 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
     """Wire the service from :class:`~consolidator.settings.FlushSettings`."""
     from consolidator.aws_secrets import secret_string
     from consolidator.clock import SystemClock
-    from consolidator.deadletter import dead_letter_from_url
     from consolidator.sinks import sink_from_url
+    from consolidator.sinks.deadletter import dead_letter_from_url
     from consolidator.store import open_store
 
     sink = sink_from_url(settings.sink_url, timeout_s=settings.sink_timeout_seconds)

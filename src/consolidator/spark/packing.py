@@ -20,11 +20,10 @@ import numpy as np
 import pyarrow as pa
 
 from consolidator.events import FieldNames
-from consolidator.spark.shards import POISON_SHARD
+from consolidator.spark.shards import POISON_GROUP, POISON_SHARD
 
 #: Input rows of the stateful step (:func:`pack`).
 PACKED_SCHEMA = "shard int, records binary"
-POISON_GROUP = ""  # group column of poison records: valid group keys are never empty
 #: The records in a :func:`pack` blob (the decoded records' columns).
 RECORD_COLUMNS = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp_ms", pa.int64()),

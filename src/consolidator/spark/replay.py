@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from consolidator.batch import Member, build_message, encode, fit_claims
-from consolidator.deadletter import expired_entry, poison_entry
 from consolidator.events import (
     FieldNames,
     KafkaRecord,
@@ -40,6 +39,7 @@ from consolidator.policy import (
     next_tick_ms,
     plan_batches,
 )
+from consolidator.sinks.deadletter import expired_entry, poison_entry
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
 
 

@@ -35,6 +35,7 @@ from consolidator.spark.columnar import parse_items
 #: fewer Python calls and round trips per micro-batch.
 DEFAULT_SHARDS = 16
 POISON_SHARD = -1  # state key of poison records: dead letters, no state
+POISON_GROUP = ""  # group column of poison records: valid group keys are never empty
 
 
 class ShardMismatch(RuntimeError):

@@ -37,10 +37,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from consolidator.batch import build_message, encode
-from consolidator.deadletter import expired_entry, poison_entry
 from consolidator.errors import DeliveryError
 from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
 from consolidator.policy import Policy
+from consolidator.sinks.deadletter import expired_entry, poison_entry
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
 from consolidator.spark.columnar import is_plain, parse_items
 from consolidator.spark.packing import PACKED_SCHEMA, pack, unpack
@@ -268,8 +268,8 @@ def deliver_partition(rows: Iterable, *, sink_url: str, dead_letter_url: str, ep
     :func:`consolidator.store.open_store`: the secret gives the credentials, read by the executor
     from Secrets Manager, so no password travels in the job's arguments) before it is published,
     so an ack never finds its batch unknown."""
-    from consolidator.deadletter import dead_letter_from_url
     from consolidator.sinks import OutgoingBatch, sink_from_url
+    from consolidator.sinks.deadletter import dead_letter_from_url
 
     batches: list = []
     dead: list[dict] = []
@@ -321,7 +321,7 @@ def _seal(database_url: str | None, secret_arn: str | None, batches: list, epoch
 @dataclass
 class BatchWriter:
     """``foreachBatch`` sink: batches to ``sink_url`` (any :func:`consolidator.sinks.sink_from_url`
-    URL), dead letters to ``dead_letter_url`` (:func:`consolidator.deadletter.dead_letter_from_url`),
+    URL), dead letters to ``dead_letter_url`` (:func:`consolidator.sinks.deadletter.dead_letter_from_url`),
     each partition from its executor (:func:`deliver_partition`): nothing goes through the driver.
     Returns only when every partition confirmed every write; otherwise the micro-batch fails, is
     not committed and runs again on restart (at least once; consumers dedupe on ``batch_id``).

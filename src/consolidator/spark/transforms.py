@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 from consolidator.events import MAX_KEY_CHARS, MAX_QUANTITY, FieldNames, KafkaRecord, PoisonEvent
 from consolidator.formats import ValueFormat, decode_event
 from consolidator.shape import EventView, stored_text
-from consolidator.spark.packing import POISON_GROUP
+from consolidator.spark.shards import POISON_GROUP
 
 #: The columns every source yields (Spark's own Kafka source has these names and types).
 SOURCE_SCHEMA = T.StructType([

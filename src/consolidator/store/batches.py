@@ -53,7 +53,7 @@ def _member(row: dict) -> Member:
     ))
 
 
-def member_rows(cur, batch_id_: str, member_keys: str | None) -> tuple[Member, ...]:
+def member_rows(cur, batch_id_: str, member_keys: str) -> tuple[Member, ...]:
     """The CLAIMED member rows of a batch, in batch order."""
     members, args = member_condition(batch_id_, member_keys)
     cur.execute(f"SELECT {MEMBER_COLUMNS} FROM buffer_rows WHERE {members} AND status = 'CLAIMED'"
