@@ -13,6 +13,7 @@ overrides another; ``tests/unit/test_store_composition.py`` keeps this list true
 - ``BatchStore`` (batches.py): batch_counts, batches_in_state, begin_publish, claim,
   claimed_batch_ids, load_batch, mark_dead, mark_sent, mark_sent_many, record_failure,
   revive_dead_batch
+- ``BatchViews`` (batch_views.py): batch_view, batch_views
 - ``PartitionStore`` (partitions.py): add_partitions_through, drop_partition_if_sent, partitions,
   prune_batches, unsent_rows_in_partition
 - ``LimitStore`` (limits.py): clear_limit, limits, prune_rate_states, rate_states, set_limit,
