@@ -13,6 +13,8 @@ import enum
 import functools
 import importlib
 import json
+import math
+import re
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
@@ -20,6 +22,7 @@ from typing import Annotated, Any, ClassVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer._click import exceptions as click_exceptions
 from typer.core import TyperGroup
 
 from consolidator.errors import ConfigurationError, ConsolidatorError
@@ -41,7 +44,8 @@ DATABASE_HINTS = {
     1044: "the user may not use this database: grant it access, or fix the database in CONSOLIDATOR_DATABASE_URL",
     1045: "the database refused the user or password: fix CONSOLIDATOR_DATABASE_URL "
           "(or the secret of CONSOLIDATOR_DATABASE_SECRET_ARN)",
-    1049: "the database does not exist: create it (CREATE DATABASE <name>), then run `consolidator db migrate`",
+    1049: "the database does not exist: run `consolidator db migrate --create` (or CREATE DATABASE <name>, then"
+          " `consolidator db migrate`)",
     1146: "a table is missing: run `consolidator db migrate`",
     2002: "no database server at that address: is it running? check host and port in CONSOLIDATOR_DATABASE_URL",
     2003: "no database server at that address: is it running? check host and port in CONSOLIDATOR_DATABASE_URL",
@@ -49,15 +53,20 @@ DATABASE_HINTS = {
 }
 
 
-def database_hint(exc: BaseException) -> str | None:
-    """The hint for the MySQL error code behind ``exc`` (its cause chain), if there is one."""
+def mysql_code(exc: BaseException) -> int | None:
+    """The MySQL error code behind ``exc`` (its cause chain), if there is one."""
     seen = exc
     while seen is not None:
         args = getattr(seen, "args", ())
-        if args and isinstance(args[0], int) and args[0] in DATABASE_HINTS:
-            return DATABASE_HINTS[args[0]]
+        if args and isinstance(args[0], int):
+            return args[0]
         seen = seen.__cause__
     return None
+
+
+def database_hint(exc: BaseException) -> str | None:
+    """The hint for the MySQL error code behind ``exc`` (its cause chain), if there is one."""
+    return DATABASE_HINTS.get(mysql_code(exc))
 
 
 def say_error(prefix: str, message: object) -> None:
@@ -99,6 +108,26 @@ class _LazySubApp(TyperGroup):
 class _Root(TyperGroup):
     LAZY: ClassVar[dict[str, tuple[str, str]]] = {"spark": ("consolidator.spark.cli:spark_app", "Spark jobs (streaming, replay); needs the spark extra.")}
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Piped (no rich boxes), a usage error is one line on stderr naming the option, the value
+        and what is allowed, then exit 2: a script's log keeps it whole, and ``grep`` finds it."""
+        if not standalone_mode or self.rich_markup_mode is not None:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click_exceptions.NoArgsIsHelpError as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click_exceptions.ClickException as exc:
+            where = f" (see '{exc.ctx.command_path} --help')" if getattr(exc, "ctx", None) is not None else ""
+            say_error("usage error" if isinstance(exc, click_exceptions.UsageError) else "error",
+                      f"{exc.format_message()}{where}")
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(EXIT_FAILED)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
     def list_commands(self, ctx):
         return [*super().list_commands(ctx), *self.LAZY]
 
@@ -139,6 +168,72 @@ def _root(
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def _number(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+def bounded(low: float, high: float, unit: str = "", *, integer: bool = False) -> Callable[[object], float]:
+    """The parser of a count or duration option: a finite number from ``low`` to ``high``
+    (whole when ``integer``), or a usage error (exit 2) naming the value and the allowed range."""
+    kind = "a whole number" if integer else "a number"
+    allowed = f"allowed {_number(low)} to {_number(high)}{unit}"
+
+    def parse(value: object) -> float:
+        text = str(value).strip()
+        try:
+            number = int(text) if integer else float(text)
+        except ValueError:
+            raise typer.BadParameter(f"{text!r:.40} is not {kind}: {allowed}") from None
+        if not (math.isfinite(number) and low <= number <= high):
+            raise typer.BadParameter(f"{text:.40} is out of range: {allowed}")
+        return number
+
+    return parse
+
+
+def as_setting(name: str) -> Callable[[object], object]:
+    """The parser of an option that sets the same quantity as the setting ``name``: its type and
+    bounds, declared once in the settings model; a usage error (exit 2) naming the value and the
+    allowed range otherwise."""
+
+    def parse(value: object) -> object:
+        from consolidator.settings import check_setting
+
+        try:
+            value = float(str(value))  # a number from here on (the setting's type decides what fits)
+        except ValueError:
+            pass  # refused below as not a number, shown as typed
+        try:
+            return check_setting(name, value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return parse
+
+
+MAX_LIST = 100_000  # the most rows one listing command reads or shows
+
+BATCH_ID = re.compile(r"[0-9a-f]{32}")  # batch ids are 128 bits, in lowercase hex (consolidator.batch)
+
+
+def fail(message: str, as_json: bool, **document: Any) -> typer.Exit:
+    """Refuse with exit 1: one line on stderr, and with ``--json`` also one JSON document on
+    stdout (``{"error": message, ...document}``) so a script reading stdout learns why."""
+    say_error("error", message)
+    if as_json:
+        emit_json({"error": message, **document})
+    return typer.Exit(EXIT_FAILED)
+
+
+def check_batch_ids(batch_ids: list[str], as_json: bool) -> None:
+    """Exit 1 (with a JSON error document under ``--json``) when any of ``batch_ids`` is not a
+    batch id: 32 lowercase hex characters."""
+    malformed = [b for b in batch_ids if not BATCH_ID.fullmatch(b)]
+    if malformed:
+        raise fail(f"not a batch id: {malformed[0]!r:.80} (a batch id is 32 lowercase hex characters)", as_json,
+                   malformed=malformed)
 
 
 def guarded(command: Callable) -> Callable:

@@ -9,9 +9,13 @@ from rich.table import Table
 
 from consolidator.cli.base import (
     EXIT_FAILED,
+    MAX_LIST,
     JsonOption,
     age_text,
+    bounded,
+    check_batch_ids,
     emit_json,
+    fail,
     guarded,
     load_settings,
     out,
@@ -46,11 +50,12 @@ def _status(store, batch_id: str, now: int) -> dict | None:
 def status(batch_id: Annotated[str, typer.Argument(help="The batch id (32 hex characters).")],
            as_json: JsonOption = False) -> None:
     """State, members, acknowledged members, complete or not, and age of one tracked batch."""
+    check_batch_ids([batch_id], as_json)
     store = store_for(load_settings("CleanupSettings"))
     document = _status(store, batch_id, wall_clock_ms())
     if document is None:
-        say_error("unknown batch", f"{batch_id} is not tracked (tracking off, never sealed, or cleaned up)")
-        raise typer.Exit(EXIT_FAILED)
+        raise fail(f"unknown batch {batch_id}: not tracked (tracking off, never sealed, or cleaned up)", as_json,
+                   batch_id=batch_id)
     if as_json:
         emit_json(document)
         return
@@ -100,7 +105,7 @@ def ack(
 @guarded
 def list_(
     incomplete: Annotated[bool, typer.Option("--incomplete", help="Sent batches not complete after the deadline.")] = False,
-    limit: Annotated[int, typer.Option(help="Show at most this many batches.")] = 100,
+    limit: Annotated[int, typer.Option(parser=bounded(0, MAX_LIST, integer=True), help="Show at most this many batches (0 to 100,000).")] = 100,
     as_json: JsonOption = False,
 ) -> None:
     """Tracked batches that are overdue: sent, not complete after CONSOLIDATOR_COMPLETION_DEADLINE_SECONDS

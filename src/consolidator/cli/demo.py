@@ -11,6 +11,7 @@ from consolidator.cli.base import (
     EXIT_USAGE,
     JsonOption,
     app,
+    bounded,
     emit_json,
     err,
     out,
@@ -21,11 +22,16 @@ from consolidator.errors import ConfigurationError, ConsolidatorError
 
 @app.command()
 def demo(
-    warehouses: Annotated[int, typer.Option(min=1, help="Distinct group keys.")] = 20,
-    orders: Annotated[int, typer.Option(min=1, help="Distinct orders produced.")] = 3000,
-    poison: Annotated[int, typer.Option(min=0, help="Poison messages mixed in.")] = 5,
-    seed: Annotated[int, typer.Option(help="Random seed of the synthetic topic.")] = 7,
-    bursts: Annotated[int, typer.Option(min=1, help="Bursts the orders arrive in (pauses between).")] = 8,
+    warehouses: Annotated[int, typer.Option(parser=bounded(1, 10_000, integer=True),
+                                            help="Distinct group keys (1 to 10,000).")] = 20,
+    orders: Annotated[int, typer.Option(parser=bounded(1, 1_000_000, integer=True),
+                                        help="Distinct orders produced (1 to 1,000,000).")] = 3000,
+    poison: Annotated[int, typer.Option(parser=bounded(0, 10_000, integer=True),
+                                        help="Poison messages mixed in (0 to 10,000).")] = 5,
+    seed: Annotated[int, typer.Option(parser=bounded(0, 2**63 - 1, integer=True),
+                                      help="Random seed of the synthetic topic (0 or more).")] = 7,
+    bursts: Annotated[int, typer.Option(parser=bounded(1, 1_000, integer=True),
+                                        help="Bursts the orders arrive in, pauses between (1 to 1,000).")] = 8,
     database_url: Annotated[str | None, typer.Option(
         help="Database server for the demo database (default mysql://root@127.0.0.1:3306; "
              "CONSOLIDATOR_DATABASE_URL is never used unless passed here).")] = None,

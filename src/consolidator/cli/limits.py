@@ -14,6 +14,8 @@ from rich.table import Table
 from consolidator.cli.base import (
     EXIT_FAILED,
     JsonOption,
+    as_setting,
+    bounded,
     emit_json,
     guarded,
     load_settings,
@@ -40,24 +42,14 @@ def _group_key(value: str) -> str:
     return value
 
 
-def _period(value: float) -> float:
-    """The same bounds as CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS (finite, 1 ms to 7 days)."""
-    from consolidator.settings import check_setting
-
-    try:
-        return check_setting("rate_limit_period_seconds", value)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-
 @limits_app.command("set")
 @guarded
 def set_limit(
     group_key: Annotated[str, typer.Argument(help=f"The group key, exactly as in the events (1 to {MAX_KEY_CHARS}"
                                                   " characters).", callback=_group_key)],
-    batches: Annotated[int, typer.Option("--batches", min=1, max=MAX_RATE_BATCHES,
-                                         help="At most this many batches ...")],
-    per: Annotated[float, typer.Option("--per", callback=_period, help="... in any window of this many seconds "
+    batches: Annotated[int, typer.Option("--batches", parser=bounded(1, MAX_RATE_BATCHES, integer=True),
+                                         help=f"At most this many batches (1 to {MAX_RATE_BATCHES:,}) ...")],
+    per: Annotated[float, typer.Option("--per", parser=as_setting("rate_limit_period_seconds"), help="... in any window of this many seconds "
                                        "(the bounds of CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS).")],
     as_json: JsonOption = False,
 ) -> None:

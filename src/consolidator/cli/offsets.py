@@ -10,6 +10,7 @@ from rich.table import Table
 from consolidator.cli.base import (
     EXIT_FAILED,
     JsonOption,
+    bounded,
     emit_json,
     guarded,
     load_settings,
@@ -51,7 +52,8 @@ def offsets_list(
 @guarded
 def offsets_reset(
     topic: Annotated[str, typer.Argument(help="The topic whose replay state is forgotten.")],
-    partition: Annotated[int | None, typer.Option(min=0, help="Only this partition.")] = None,
+    partition: Annotated[int | None, typer.Option(parser=bounded(0, 2**31 - 1, integer=True),
+                                                  help="Only this partition (0 or more).")] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
     as_json: JsonOption = False,
 ) -> None:

@@ -10,6 +10,7 @@ from rich.table import Table
 from consolidator.cli.base import (
     EXIT_FAILED,
     JsonOption,
+    as_setting,
     emit_json,
     guarded,
     load_settings,
@@ -71,7 +72,8 @@ def partitions_list(as_json: JsonOption = False) -> None:
 @guarded
 def partitions_ensure(
     ahead: Annotated[int | None, typer.Option(
-        min=1, help="Months ahead of this month (default CONSOLIDATOR_PARTITIONS_AHEAD).")] = None,
+        parser=as_setting("partitions_ahead"),
+        help="Months ahead of this month (default and bounds: CONSOLIDATOR_PARTITIONS_AHEAD).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Split MAXVALUE so every month through N months ahead has a partition (idempotent)."""

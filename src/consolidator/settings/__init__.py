@@ -337,7 +337,8 @@ def check_setting(name: str, value: object) -> object:
     annotation, info = setting_field(name)
     try:
         return TypeAdapter(Annotated[annotation, info]).validate_python(value)
-    except ValidationError:
+    except ValidationError as exc:
         shown = f"{value:g}" if isinstance(value, float) else repr(value)
-        raise ValueError(f"{shown} is out of range: allowed {allowed_range(name)}"
+        wrong = "is not a number" if exc.errors()[0]["type"].endswith("_parsing") else "is out of range"
+        raise ValueError(f"{shown} {wrong}: allowed {allowed_range(name)}"
                          f" (as {ENV_PREFIX}{name.upper()})") from None
