@@ -122,7 +122,7 @@ def test_the_store_reads_only_the_database_url_options_it_knows():
 
 
 @pytest.mark.parametrize("args", [("batch", "status", "nothex"), ("batch", "status", "0123456789ABCDEF0123456789ABCDEF"),
-                                  ("dlq", "redrive", "--batch-id", "nothex")])
+                                  ("batch", "ack", "nothex", "--index", "0"), ("dlq", "redrive", "--batch-id", "nothex")])
 def test_malformed_batch_id_exit_1_with_a_json_error(flush_env, migrated, args):  # noqa: F811
     human = cli(flush_env, *args)
     assert human.exit_code == 1 and human.stdout == ""

@@ -78,11 +78,11 @@ def ack(
     from consolidator.completion import Ack, AckFormatError
     from consolidator.services.acks import build_ack_service
 
+    check_batch_ids([batch_id], as_json)
     try:
         request = Ack(batch_id, tuple(index or ()), tuple(item or ()))
     except AckFormatError as error:
-        say_error("bad ack", error)
-        raise typer.Exit(EXIT_FAILED) from None
+        raise fail(f"bad ack: {error}", as_json, batch_id=batch_id) from None
     service = build_ack_service(load_settings("AckSettings"))
     (result,) = service.ack([request])
     document = {
