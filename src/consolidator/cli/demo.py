@@ -41,13 +41,16 @@ def demo(
     redis_url: Annotated[str, typer.Option(
         help="Redis for the flush lock (CONSOLIDATOR_REDIS_URL is never used unless passed here).")
                          ] = "redis://127.0.0.1:6379/0",
-    verbose: Annotated[bool, typer.Option("--verbose", help="Handler logs at WARNING; keep the work files.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="The functions' logs at WARNING, on stderr.")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Run the whole product locally and check that nothing was lost or duplicated.
 
     Mock Kafka in, the real ingest and flush handlers, batches out to a Kafka topic and read
-    back. Exit 0 only when the invariant check passes."""
+    back; prints one batch and keeps every batch in a file (it says where). With --json,
+    stdout holds exactly one JSON document (the summary, with sample_batch and batches_file);
+    progress and logs go to stderr. Needs MariaDB or MySQL and Redis (the options say where),
+    no CONSOLIDATOR_* variable. Exit 0 only when the invariant check passes."""
     from consolidator.demo import DemoConfig, run_demo
 
     config = DemoConfig(warehouses=warehouses, orders=orders, poison=poison, seed=seed, bursts=bursts,
