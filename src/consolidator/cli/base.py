@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from typer._click import exceptions as click_exceptions
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from consolidator.errors import ConfigurationError, ConsolidatorError
 
@@ -138,15 +138,60 @@ class _Root(TyperGroup):
         return super().get_command(ctx, name)
 
 
+ROOT_HELP = (
+    "Operate the Consolidator buffer: db (schema), status, flush, ingest (a local file), kafka (a local"
+    " Kafka), dlq (dead letters), batch (completion tracking), limits (rate limits), offsets (replay"
+    " marks), partitions, demo, spark (Spark jobs). Settings come from CONSOLIDATOR_* variables: each"
+    " command's --help names the ones it reads."
+)
+
 app = typer.Typer(
     cls=_Root,
-    help="Operate the Consolidator buffer: migrate, inspect, flush, redrive, partitions, demo.",
+    help=ROOT_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     # usage errors and help in boxes only on a terminal: piped, they are plain unwrapped lines
     rich_markup_mode="rich" if sys.stderr.isatty() else None,
 )
+
+def variables_help(models: dict[str, str]) -> str:
+    """The variables each settings model of a command reads, for its help: the required ones
+    (``needs``) and the others (``also reads``), by mode (``""``: always; ``"--dry-run"``: with
+    that flag). Built from the models, so the help never drifts from what the command loads."""
+    from consolidator import settings
+
+    paragraphs = ["Variables (defaults and bounds: the README's configuration table):"]
+    for mode, model_name in models.items():
+        fields = getattr(settings, model_name).model_fields
+        prefix = settings.ENV_PREFIX
+        required = [prefix + name.upper() for name, f in fields.items() if f.is_required()]
+        if "database_url" in fields:
+            required.insert(0, f"{prefix}DATABASE_URL (or {prefix}DATABASE_SECRET_ARN)")
+        others = [prefix + name.upper() for name, f in fields.items()
+                  if not f.is_required() and name not in ("database_url", "database_secret_arn")]
+        text = (f"{mode}: " if mode else "") + "needs " + ", ".join(required)
+        paragraphs.append(text + ("; also reads " + ", ".join(others) if others else "") + ".")
+    return "\n\n".join(paragraphs)
+
+
+class SettingsCommand(TyperCommand):
+    """A command whose help ends with the ``CONSOLIDATOR_*`` variables it reads (its settings
+    models, computed when the help is shown: the CLI starts without importing them)."""
+
+    settings_models: ClassVar[dict[str, str]] = {}
+
+    def format_help(self, ctx, formatter) -> None:
+        self.epilog = variables_help(self.settings_models)
+        return super().format_help(ctx, formatter)
+
+
+def reads(models: str | dict[str, str]) -> type[SettingsCommand]:
+    """The command class of a command that loads the settings model ``models``, or one model
+    per mode: ``@app.command(cls=reads({"": "FlushSettings", "with --dry-run": "PolicySettings"}))``."""
+    models = {"": models} if isinstance(models, str) else models
+    return type("ReadsSettings", (SettingsCommand,), {"settings_models": models})
+
 
 def _version(value: bool) -> None:
     if value:
@@ -164,7 +209,7 @@ def _root(
     show_version: Annotated[bool, typer.Option(
         "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
-    """Operate the Consolidator buffer: migrate, inspect, flush, redrive, partitions, demo."""
+    """Operate the Consolidator buffer (every group has --help)."""
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]

@@ -19,6 +19,7 @@ from consolidator.cli.base import (
     guarded,
     load_settings,
     out,
+    reads,
     say_error,
     store_for,
     wall_clock_ms,
@@ -45,7 +46,7 @@ def _status(store, batch_id: str, now: int) -> dict | None:
     }
 
 
-@batch_app.command("status")
+@batch_app.command("status", cls=reads("CleanupSettings"))
 @guarded
 def status(batch_id: Annotated[str, typer.Argument(help="The batch id (32 hex characters).")],
            as_json: JsonOption = False) -> None:
@@ -65,7 +66,7 @@ def status(batch_id: Annotated[str, typer.Argument(help="The batch id (32 hex ch
               f"(completion {document['completion']}), sealed {document['age_s']:.0f}s ago")
 
 
-@batch_app.command("ack")
+@batch_app.command("ack", cls=reads("AckSettings"))
 @guarded
 def ack(
     batch_id: Annotated[str, typer.Argument(help="The batch id (32 hex characters).")],
@@ -101,7 +102,7 @@ def ack(
         raise typer.Exit(EXIT_FAILED)
 
 
-@batch_app.command("list")
+@batch_app.command("list", cls=reads("CompletionSettings"))
 @guarded
 def list_(
     incomplete: Annotated[bool, typer.Option("--incomplete", help="Sent batches not complete after the deadline.")] = False,

@@ -14,6 +14,7 @@ from consolidator.cli.base import (
     load_settings,
     mysql_code,
     out,
+    reads,
     store_for,
     wall_clock_ms,
 )
@@ -25,7 +26,7 @@ CREATOR = "consolidator db migrate"  # the ownership marker of a database `db mi
 UNKNOWN_DATABASE = 1049
 
 
-@db_app.command("migrate")
+@db_app.command("migrate", cls=reads("CleanupSettings"))
 @guarded
 def db_migrate(
     create: Annotated[bool, typer.Option(
@@ -34,9 +35,8 @@ def db_migrate(
     as_json: JsonOption = False,
 ) -> None:
     """Create or upgrade the schema (idempotent: applies only the missing migrations). Exit 1
-    when the database does not exist and --create was not given.
-    Needs CONSOLIDATOR_DATABASE_URL (or CONSOLIDATOR_DATABASE_SECRET_ARN) of a user allowed to
-    create tables (and, with --create, the database)."""
+    when the database does not exist and --create was not given. The database user must be
+    allowed to create tables (and, with --create, the database)."""
     store = store_for(load_settings("CleanupSettings"))
     now = wall_clock_ms()
     created = False

@@ -19,6 +19,7 @@ from consolidator.cli.base import (
     guarded,
     load_settings,
     out,
+    reads,
     say_error,
     store_for,
 )
@@ -95,7 +96,7 @@ def _read_jsonl(path: Path) -> list[dict]:
         raise typer.BadParameter(f"{path} is not JSON lines: {exc}", param_hint="--file") from None
 
 
-@dlq_app.command("list")
+@dlq_app.command("list", cls=reads("IngestSettings"))
 @guarded
 def dlq_list(
     as_json: JsonOption = False,
@@ -130,7 +131,8 @@ def dlq_list(
     out.print(table)
 
 
-@dlq_app.command("redrive")
+@dlq_app.command("redrive", cls=reads({"with --file or --from-dead-letter": "IngestSettings",
+                                                     "with --batches or --batch-id": "FlushSettings"}))
 @guarded
 def dlq_redrive(
     file: Annotated[Path | None, typer.Option("--file", help="JSON lines of fixed poison entries.")] = None,

@@ -19,6 +19,7 @@ from consolidator.cli.base import (
     guarded,
     load_settings,
     out,
+    reads,
     say_error,
     store_for,
     wall_clock_ms,
@@ -69,7 +70,7 @@ def _tick_line(number: int, report: TickReport) -> str:
             f"{report.expired} expired, {len(report.throttled)} throttled, {report.dead} dead")
 
 
-@app.command()
+@app.command(cls=reads({"": "FlushSettings", "with --dry-run": "PolicySettings"}))
 @guarded
 def flush(
     once: Annotated[bool, typer.Option("--once", help="Run exactly one flush tick.")] = False,
@@ -82,11 +83,7 @@ def flush(
     as_json: JsonOption = False,
 ) -> None:
     """Flush due groups to the sink. Exactly one of --once, --dry-run, --seconds N. Exit 1 when
-    a publish failed, a batch went dead, or Redis (the flush lock) was unreachable.
-    Needs CONSOLIDATOR_DATABASE_URL (or CONSOLIDATOR_DATABASE_SECRET_ARN), CONSOLIDATOR_SINK_URL,
-    CONSOLIDATOR_DEAD_LETTER_URL and CONSOLIDATOR_REDIS_URL (--dry-run: the database only); the
-    policy from CONSOLIDATOR_DEBOUNCE_SECONDS, CONSOLIDATOR_HARD_WINDOW_SECONDS,
-    CONSOLIDATOR_MAX_BATCH_SIZE and the other settings of the README's configuration table."""
+    a publish failed, a batch went dead, or Redis (the flush lock) was unreachable."""
     chosen = [name for name, given in (("--once", once), ("--dry-run", dry_run), ("--seconds", seconds is not None))
               if given]
     if len(chosen) != 1:

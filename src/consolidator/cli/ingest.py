@@ -18,6 +18,7 @@ from consolidator.cli.base import (
     guarded,
     load_settings,
     out,
+    reads,
     say_error,
 )
 
@@ -50,7 +51,7 @@ class _Progress:
                   highlight=False, soft_wrap=True)
 
 
-@app.command()
+@app.command(cls=reads("IngestSettings"))
 @guarded
 def ingest(
     file: Annotated[Path, typer.Option("--file", help="The file of events (JSON lines, or one MSK event).")],

@@ -20,6 +20,7 @@ from consolidator.cli.base import (
     guarded,
     load_settings,
     out,
+    reads,
     store_for,
     wall_clock_ms,
 )
@@ -42,7 +43,7 @@ def _group_key(value: str) -> str:
     return value
 
 
-@limits_app.command("set")
+@limits_app.command("set", cls=reads("CleanupSettings"))
 @guarded
 def set_limit(
     group_key: Annotated[str, typer.Argument(help=f"The group key, exactly as in the events (1 to {MAX_KEY_CHARS}"
@@ -63,7 +64,7 @@ def set_limit(
         out.print(f"{group_key}: at most {batches} batches per {per:g} s", highlight=False)
 
 
-@limits_app.command("list")
+@limits_app.command("list", cls=reads("LimitSettings"))
 @guarded
 def list_limits(as_json: JsonOption = False) -> None:
     """The per-group overrides and the default limit of this environment."""
@@ -85,7 +86,7 @@ def list_limits(as_json: JsonOption = False) -> None:
     out.print(table)
 
 
-@limits_app.command("clear")
+@limits_app.command("clear", cls=reads("CleanupSettings"))
 @guarded
 def clear_limit(
     group_key: Annotated[str, typer.Argument(help="The group whose override goes.")],

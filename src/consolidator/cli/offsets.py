@@ -15,6 +15,7 @@ from consolidator.cli.base import (
     guarded,
     load_settings,
     out,
+    reads,
     say_error,
     store_for,
 )
@@ -28,7 +29,7 @@ def _rows(offsets) -> list[dict]:
              "ledger_high_water": o.ledger_high_water} for o in offsets]
 
 
-@offsets_app.command("list")
+@offsets_app.command("list", cls=reads("CleanupSettings"))
 @guarded
 def offsets_list(
     topic: Annotated[str | None, typer.Option(help="Only this topic.")] = None,
@@ -48,7 +49,7 @@ def offsets_list(
     out.print(table)
 
 
-@offsets_app.command("reset")
+@offsets_app.command("reset", cls=reads("CleanupSettings"))
 @guarded
 def offsets_reset(
     topic: Annotated[str, typer.Argument(help="The topic whose replay state is forgotten.")],

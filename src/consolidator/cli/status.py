@@ -18,13 +18,14 @@ from consolidator.cli.base import (
     guarded,
     load_settings,
     out,
+    reads,
     store_for,
     wall_clock_ms,
 )
 from consolidator.cli.partitions import cleanup_service, partition_rows, partitions_table
 
 
-@app.command()
+@app.command(cls=reads("CleanupSettings"))
 @guarded
 def status(
     as_json: JsonOption = False,
