@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from test_cli import env  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,3 +204,16 @@ def test_top_level_help_names_every_group():
     for path, _ in _commands():
         assert path[0] in description, path[0]
     assert "spark" in description
+
+
+@pytest.mark.parametrize("command", ["stream", "replay", "emr-submit"])
+def test_spark_help_in_the_style_of_the_cli(command):
+    """Piped, the Spark commands' help is plain text like every other command's: no boxes, no
+    '--help <bool>', no reStructuredText backticks."""
+    from test_cli import cli
+
+    result = cli({}, "spark", command, "--help")
+    assert result.exit_code == 0, result.output
+    assert "Usage: root spark" in result.stdout
+    for mark in ("╭", "│", "<bool>", "``"):
+        assert mark not in result.stdout, mark

@@ -138,6 +138,10 @@ class _Root(TyperGroup):
         return super().get_command(ctx, name)
 
 
+# Usage errors and help in boxes only on a terminal: piped, they are plain unwrapped lines. Every
+# Typer app of the CLI (the lazily loaded Spark group too) uses this mode.
+MARKUP_MODE = "rich" if sys.stderr.isatty() else None
+
 ROOT_HELP = (
     "Operate the Consolidator buffer: db (schema), status, flush, ingest (a local file), kafka (a local"
     " Kafka), dlq (dead letters), batch (completion tracking), limits (rate limits), offsets (replay"
@@ -151,8 +155,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    # usage errors and help in boxes only on a terminal: piped, they are plain unwrapped lines
-    rich_markup_mode="rich" if sys.stderr.isatty() else None,
+    rich_markup_mode=MARKUP_MODE,
 )
 
 def variables_help(models: dict[str, str]) -> str:

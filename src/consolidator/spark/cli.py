@@ -25,6 +25,7 @@ from typing import Annotated
 
 import typer
 
+from consolidator.cli.base import MARKUP_MODE
 from consolidator.redact import masked
 from consolidator.spark.cli_options import (
     _SETTING,
@@ -56,7 +57,8 @@ from consolidator.spark.cli_options import (
 from consolidator.spark.shards import DEFAULT_SHARDS
 
 spark_app = typer.Typer(help="Spark jobs: streaming aggregator, policy replay, EMR Serverless.",
-                        no_args_is_help=True, add_completion=False)
+                        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                        rich_markup_mode=MARKUP_MODE)  # the help style of the rest of the CLI
 
 @spark_app.command()
 def stream(
@@ -293,8 +295,8 @@ def emr_submit(
         "--archive", help="File name of the environment archive under code/ (default: the one "
                           "`make emr-archive` builds for the construct's release).")] = None,
 ) -> None:
-    """Print (or with --submit, call) StartJobRun for the streaming job. Arguments after ``--``
-    go to ``stream`` (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...).
+    """Print (or with --submit, call) StartJobRun for the streaming job. Arguments after '--'
+    go to 'stream' (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...).
 
     A job's arguments are readable by anyone who may read the job run: a URL with a password is
     refused (exit 2; pass --completion-database-secret-arn instead), and what is printed has
