@@ -112,13 +112,13 @@ def stream(
     input_format: Annotated[str, typer.Option("--format", help="Of --input: json or parquet.")] = "json",
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka, or the files of --input, in; batches to
-    the sink URL)."""
+    the sink URL). SIGTERM or Ctrl-C stops it after its current micro-batch, with one line naming
+    the offsets it stopped at (exit 0)."""
     from consolidator.settings import StreamSettings
 
     s = _settings(StreamSettings, locals(), rename={"bootstrap_servers": "kafka_bootstrap", "topic": "source_topic"})
     _source(s.kafka_bootstrap, s.source_topic, input_path, input_format)
-    from consolidator.spark.session import build_session, log_progress
-    from consolidator.spark.streaming import BatchWriter, StreamConfig, start
+    from consolidator.spark.streaming import StreamConfig
 
     cap = _batch_cap(s.sink_url, s.max_batch_bytes)
     config = StreamConfig(
@@ -131,20 +131,38 @@ def stream(
         tracking_database_secret_arn=s.completion_database_secret_arn, state_shards=state_shards,
         input_path=input_path, input_format=input_format,
     )
+    from consolidator.spark.stop import SignalStop
+
+    stopper = SignalStop()
+    stopper.install()  # a signal during Spark's start-up stops the query as soon as it runs
+    try:
+        _stream(stopper, config, s, checkpoint, input_path, master)
+    finally:
+        stopper.restore()
+
+
+def _stream(stopper, config, s, checkpoint: str, input_path: str | None, master: str | None) -> None:
+    """Start the streaming query and run it until it ends or ``stopper`` catches a signal."""
+    from consolidator.spark.session import build_session, log_progress
+    from consolidator.spark.stop import stop_line
+    from consolidator.spark.streaming import BatchWriter, start
+
     spark = build_session("consolidator-stream", master=master)
+    stopper.install()  # again: PySpark's SparkContext took SIGINT (it would cancel the running jobs)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     log_progress(spark)  # one line per micro-batch on stderr
     writer = BatchWriter(s.sink_url, s.dead_letter_url, tracking_database_url=s.completion_database_url,
                          tracking_database_secret_arn=s.completion_database_secret_arn)
     query = start(spark, config, writer=writer)
     typer.echo(f"streaming {input_path or s.source_topic} -> {masked(s.sink_url)} (checkpoint {checkpoint});"
-               " Ctrl-C to stop", err=True)
+               " Ctrl-C or SIGTERM stops it after the current micro-batch", err=True)
     try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
+        caught = stopper.run(query)
     finally:
         writer.close()
+    if caught:
+        typer.echo(stop_line(query, caught), err=True)
+        spark.stop()
 
 
 def replay_grid(params: dict) -> tuple[list, object]:
