@@ -364,7 +364,8 @@ def render_html(figures: Sequence[PolicyFigures], source: InputSummary | None = 
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Replay report</title>"
         "<style>body{font-family:sans-serif;max-width:1100px;margin:1em auto}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}table{border-collapse:collapse}"
-        "td.name{text-align:left;white-space:nowrap}img{max-width:100%}"
+        "td.name{text-align:left;white-space:nowrap}tr th:first-child{text-align:left;white-space:nowrap}"
+        "img{max-width:100%}"
         ".advice{background:#eef6ee;border-left:4px solid #3a7d44;padding:6px 10px}</style></head>"
         "<body><h1>Replay report</h1>" + "".join(sections) + "</body></html>\n"
     )
