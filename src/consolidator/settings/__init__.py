@@ -27,6 +27,7 @@ from consolidator.settings.base import (
     Seconds,
     SecondsOrOff,
     all_models,
+    field_range,
     known_variables,
 )
 from consolidator.settings.loading import NO_DATABASE as _NO_DATABASE
@@ -319,15 +320,7 @@ def setting_field(name: str) -> tuple[type, object]:
 
 def allowed_range(name: str) -> str:
     """The bounds of the number setting ``name``, e.g. ``0.001 <= x <= 2678400``."""
-    low = high = ""
-    for bound in setting_field(name)[1].metadata:
-        for attribute, text in (("ge", "{} <= "), ("gt", "{} < "), ("le", " <= {}"), ("lt", " < {}")):
-            if (number := getattr(bound, attribute, None)) is not None:
-                if attribute in ("ge", "gt"):
-                    low = text.format(number)
-                else:
-                    high = text.format(number)
-    return f"{low}x{high}"
+    return field_range(setting_field(name)[1])
 
 
 def check_setting(name: str, value: object) -> object:

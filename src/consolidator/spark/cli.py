@@ -25,7 +25,7 @@ from typing import Annotated
 
 import typer
 
-from consolidator.cli.base import MARKUP_MODE
+from consolidator.cli.base import MARKUP_MODE, as_setting, bounded
 from consolidator.redact import masked
 from consolidator.spark.cli_options import (
     _SETTING,
@@ -47,12 +47,14 @@ from consolidator.spark.cli_options import (
     TtlOpt,
     _batch_cap,
     _candidates,
-    _finite_positive,
     _pairs,
     _rate,
     _settings,
     _source,
     _usage_error,
+)
+from consolidator.spark.cli_options import (
+    max_p95_seconds as _max_p95,
 )
 from consolidator.spark.shards import DEFAULT_SHARDS
 
@@ -72,10 +74,12 @@ def stream(
     debounce_seconds: DebounceOpt = None,
     hard_window_seconds: HardOpt = None,
     max_batch_size: SizeOpt = None,
-    trigger_ms: Annotated[int, typer.Option("--trigger-ms", min=1, max=86_400_000)] = 5_000,
+    trigger_ms: Annotated[int, typer.Option("--trigger-ms", parser=bounded(1, 86_400_000, " ms", integer=True),
+                                            help="Micro-batch interval (1 to 86,400,000 ms).")] = 5_000,
     starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
     max_offsets_per_trigger: Annotated[int | None, typer.Option(
-        "--max-offsets-per-trigger", min=1, max=10**12)] = None,
+        "--max-offsets-per-trigger", parser=bounded(1, 10**12, integer=True),
+        help="At most this many records per micro-batch (1 to 10^12).")] = None,
     source: SourceOpt = "auto",
     kafka_option: KafkaOpts = None,
     group_key_field: GroupField = None,
@@ -86,7 +90,7 @@ def stream(
     max_event_bytes: MaxBytes = None,
     master: MasterOpt = None,
     max_batch_bytes: Annotated[int | None, typer.Option(
-        "--max-batch-bytes", help="Cap on one batch message (default: the sink's per-message limit). "
+        "--max-batch-bytes", parser=as_setting("max_batch_bytes"), help="Cap on one batch message (default: the sink's per-message limit). "
                                   + _SETTING.format("MAX_BATCH_BYTES"))] = None,
     rate_limit_batches: RateBatchesOpt = None,
     rate_limit_period_seconds: RatePeriodOpt = None,
@@ -103,7 +107,7 @@ def stream(
              "each executor: no password in the job's arguments. "
              + _SETTING.format("COMPLETION_DATABASE_SECRET_ARN"))] = None,
     state_shards: Annotated[int, typer.Option(
-        "--state-shards", min=1, max=1_000_000,
+        "--state-shards", parser=bounded(1, 1_000_000, integer=True),
         help="State keys (shards of the group keys; at least the stateful stage's partitions); "
              "fixed for a checkpoint.")] = DEFAULT_SHARDS,
     input_path: Annotated[str | None, typer.Option(
@@ -234,7 +238,7 @@ def replay(
     quantity_field: QuantityField = None,
     max_event_bytes: MaxBytes = None,
     max_p95_seconds: Annotated[float | None, typer.Option(
-        "--max-p95-seconds", callback=_finite_positive,
+        "--max-p95-seconds", parser=_max_p95,
         help="Recommend the policy with the best compaction within this p95 latency.")] = None,
     master: MasterOpt = None,
     rate_limit: Annotated[str | None, typer.Option(
