@@ -100,6 +100,7 @@ def test_flush_flags_that_would_run_zero_ticks_or_conflict(flush_env, migrated, 
     ("CONSOLIDATOR_DATABASE_URL", "mysql://u:pw@127.0.0.1/db?sslmode=require",
      "unknown mysql:// URL option 'sslmode' (it takes ssl, ssl_ca)"),
     ("CONSOLIDATOR_DATABASE_URL", "mysql://u:pw@127.0.0.1/db?ssl=true&ssl=false", "given twice"),
+    ("CONSOLIDATOR_REDIS_URL", "redis://:pw@127.0.0.1:6379/0?sslmode=on", "unknown redis:// URL option 'sslmode'"),
 ])
 def test_url_options_are_checked_never_ignored(flush_env, variable, url, named):  # noqa: F811
     """A URL option the code would ignore (TLS believed on, a limit believed set) is refused at
@@ -167,3 +168,17 @@ def test_usage_errors_are_one_line():
     result = cli({}, "no-such-command")
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == ["usage error: No such command 'no-such-command'. (see 'root --help')"]
+
+
+@pytest.mark.parametrize(("option", "url", "named"), [
+    ("--database-url", "mysql://root:pw@127.0.0.1:3306/?sslmode=require", "unknown mysql:// URL option 'sslmode'"),
+    ("--redis-url", "redis://:pw@127.0.0.1:6379/0?foo=bar", "unknown redis:// URL option 'foo'"),
+])
+def test_demo_url_options_are_checked_at_the_edge(option, url, named):
+    """The demo's own URL options (it never reads the variables) get the variables' checks: one
+    line, exit 2, before anything is created; a traceback before."""
+    result = cli({}, "demo", option, url)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and option in lines[0] and named in lines[0], lines
+    assert "pw@" not in result.stderr

@@ -20,6 +20,22 @@ from consolidator.cli.base import (
 from consolidator.errors import ConfigurationError, ConsolidatorError
 
 
+def _url(check: str):
+    """The callback that checks a URL option as the settings check the variable of the same kind."""
+
+    def callback(value: str | None) -> str | None:
+        from consolidator import settings
+
+        if value is not None:
+            try:
+                getattr(settings, check)(value)
+            except ValueError as exc:
+                raise typer.BadParameter(f"{exc} (got {settings.mask(value)})") from None
+        return value
+
+    return callback
+
+
 @app.command()
 def demo(
     warehouses: Annotated[int, typer.Option(parser=bounded(1, 10_000, integer=True),
@@ -33,13 +49,13 @@ def demo(
     bursts: Annotated[int, typer.Option(parser=bounded(1, 1_000, integer=True),
                                         help="Bursts the orders arrive in, pauses between (1 to 1,000).")] = 8,
     database_url: Annotated[str | None, typer.Option(
-        help="Database server for the demo database (default mysql://root@127.0.0.1:3306; "
+        callback=_url("check_database_url"), help="Database server for the demo database (default mysql://root@127.0.0.1:3306; "
              "CONSOLIDATOR_DATABASE_URL is never used unless passed here).")] = None,
     database_name: Annotated[str, typer.Option(
         help="Demo database: created by the demo and recreated on every run; a database the demo "
              "did not create (or a system schema) is refused, exit 2.")] = "consolidator_demo",
     redis_url: Annotated[str, typer.Option(
-        help="Redis for the flush lock (CONSOLIDATOR_REDIS_URL is never used unless passed here).")
+        callback=_url("check_redis_url"), help="Redis for the flush lock (CONSOLIDATOR_REDIS_URL is never used unless passed here).")
                          ] = "redis://127.0.0.1:6379/0",
     verbose: Annotated[bool, typer.Option("--verbose", help="The functions' logs at WARNING, on stderr.")] = False,
     as_json: JsonOption = False,

@@ -89,12 +89,17 @@ def check_redis_url(url: str) -> str:
     db = urlsplit(url).path.strip("/")
     if db and not (db.isdigit() and int(db) < 2**31):
         raise ValueError(f"the path must be a database number, got {db!r:.40}")
-    from redis.connection import parse_url
+    from redis.connection import ConnectionPool, parse_url
 
     try:
         parse_url(url)  # the parser redis-py uses
     except (ValueError, TypeError) as exc:
         raise ValueError(f"redis-py cannot read it: {str(exc)[:80]}") from None
+    try:  # an option redis-py passes on as it is fails only here (building a connection connects nothing)
+        ConnectionPool.from_url(url).make_connection()
+    except TypeError as exc:
+        unknown = re.search(r"argument '(\w+)'", str(exc))
+        raise ValueError(f"unknown {urlsplit(url).scheme}:// URL option {unknown[1] if unknown else '?'!r}") from None
     return url
 
 
