@@ -9,6 +9,8 @@ export UV_SYSTEM_CERTS := true
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 18,20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+# The layering contracts of pyproject.toml ([tool.importlinter]); infra/ holds consolidator_infra
+LINT_IMPORTS := PYTHONPATH=infra .venv/bin/lint-imports --no-logo
 
 .PHONY: setup setup-demo setup-flink test demo bench bench-ingest bench-flush bench-replay bench-stream bench-acks capacity synth lint lock fresh-check chaos emr-archive emr-check test-emr-spark
 
@@ -20,6 +22,7 @@ setup-demo:
 
 test: setup
 	.venv/bin/ruff check src functions infra tests bench chaos
+	$(LINT_IMPORTS)
 	$(PY) -m pytest
 
 demo: setup-demo
@@ -70,9 +73,11 @@ synth: setup
 	$(PY) infra/app.py
 	.venv/bin/cfn-lint --ignore-checks W3005 -- cdk.out/assembly-*/*.template.json
 	$(PY) infra/iac_scan.py cdk.out
+	$(PY) infra/sam_local.py cdk.out
 
 lint: setup
 	.venv/bin/ruff check src functions infra tests bench chaos
+	$(LINT_IMPORTS)
 
 # Fault injection (not part of `make test`, which runs its short profile): own MariaDB and Redis,
 # real SIGKILLs, exact checkers; prints a summary table and one JSON line.

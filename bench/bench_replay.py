@@ -8,6 +8,9 @@ temporary directory), then times, on the same session and data:
 - baseline: ``groupBy(group key, session_window(timestamp, debounce)).count()``;
 - replay: decode (Spark's string functions, ``events.decode`` for what they cannot prove) +
   per-group simulation of the default policy + batch messages (v1);
+- the generic shape (``bench/generic.py``: about 1 KB events, full member payload, four
+  outputs) on ``--generic-events`` records: ``generic_ratio_vs_replay`` = its events/s over the
+  default replay's, the general path against the fast one (a small run);
 - the peer: Flink's SQL session window (Nexmark q11's shape, ``flink_session.py``, in Flink's own
   venv, parallelism = cores, warmed up in its own JVM) on the same records as JSON lines, and the
   replay again on those JSON lines: ``ratio_vs_flink_session_window`` = replay events/s / Flink
@@ -33,6 +36,7 @@ import time
 from pathlib import Path
 
 from flink import flink_session_window
+from generic import GENERIC_NAMES
 from proctree import tree_cpu_seconds
 
 from consolidator.policy import Policy
@@ -44,8 +48,9 @@ DAY_MS = 86_400_000
 START_MS = 1_795_000_020_000
 
 
-def generate(spark, path: str, events: int, groups: int) -> None:
-    """Deterministic events: group = hash(id) mod groups, 50 orders per group, one day."""
+def generate(spark, path: str, events: int, groups: int, generic: bool = False) -> None:
+    """Deterministic events: group = hash(id) mod groups, 50 orders per group, one day;
+    ``generic``: about 1 KB events of the generic shape's layout (bench/generic.py)."""
     from pyspark.sql import functions as F
 
     ids = spark.range(events, numPartitions=8)
@@ -55,6 +60,12 @@ def generate(spark, path: str, events: int, groups: int) -> None:
         group.alias("location_id"), order.alias("order_id"),
         F.array(F.struct(F.concat(F.lit("SKU-"), (F.col("id") % 20).cast("string")).alias("sku"),
                          (F.col("id") % 7).alias("quantity"))).alias("items")))
+    if generic:
+        value = F.to_json(F.struct(
+            group.alias("location_id"), order.alias("order_id"),
+            F.struct(((F.col("id") % 10_000) / 100).alias("total"), F.lit("paid").alias("status")).alias("order"),
+            F.struct(F.concat(F.lit("/p/"), (F.col("id") % 20).cast("string")).alias("page"),
+                     F.lit("bench/1.0 " + "x" * 800).alias("agent")).alias("context")))
     timestamp = F.lit(START_MS) + (F.col("id") * DAY_MS / events).cast("long") + (F.abs(F.hash(F.col("id") + 3)) % 5_000)
     (ids.select(F.lit("orders").alias("topic"), (F.col("id") % 8).cast("int").alias("partition"),
                 (F.col("id") / 8).cast("long").alias("offset"), timestamp.alias("timestamp"),
@@ -99,11 +110,13 @@ def read_json_lines(spark, path: str):
                         F.col("value").cast("binary").alias("value"))
 
 
-def time_replay(spark, path: str, policy: Policy, json_lines: bool = False) -> tuple[float, float, int]:
+def time_replay(spark, path: str, policy: Policy, json_lines: bool = False,
+                generic: bool = False) -> tuple[float, float, int]:
     from pyspark.sql import functions as F
 
     source = read_json_lines(spark, path) if json_lines else spark.read.parquet(path)
-    result = replay(records(source), [NamedPolicy(policy_name(policy), policy)])
+    result = replay(records(source), [NamedPolicy(policy_name(policy), policy)],
+                    *((GENERIC_NAMES,) if generic else ()))
     return *timed(result), result.where(F.col("kind") == "batch").count()
 
 
@@ -111,6 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--groups", type=int, default=2_000)
+    parser.add_argument("--generic-events", type=int, default=100_000, help="events of the generic run")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--save", type=Path, help="also write the JSON line to this file (for bench/capacity.py)")
     args = parser.parse_args(argv)
@@ -132,6 +146,10 @@ def main(argv: list[str] | None = None) -> dict:
         baseline_s, baseline_cpu, sessions = time_session_window(spark, data, policy)
         replay_s, replay_cpu, batches = time_replay(spark, data, policy)
         replay_json_s, replay_json_cpu, _ = time_replay(spark, data_json, policy, json_lines=True)
+        generic_data = str(workdir / "generic")
+        generate(spark, generic_data, args.generic_events, args.groups, generic=True)
+        time_replay(spark, warm, policy, generic=True)  # its own warm-up: the general path
+        generic_s, generic_cpu, _ = time_replay(spark, generic_data, policy, generic=True)
         # the JSON files are read in parallel, each spanning the day: a watermark short of the
         # span would drop records as late (Spark's batch session_window drops none)
         flink = flink_session_window(Path(data_json), Path(warm_json), policy.debounce_ms, cores,
@@ -149,6 +167,9 @@ def main(argv: list[str] | None = None) -> dict:
           f"  cpu {replay_cpu:.2f} s", file=sys.stderr)
     print(f"replay (JSON):  {replay_json_s:8.2f} s  {replay_json_eps:12,.0f} events/s"
           f"  cpu {replay_json_cpu:.2f} s", file=sys.stderr)
+    generic_eps = args.generic_events / generic_s
+    print(f"replay generic: {generic_s:8.2f} s  {generic_eps:12,.0f} events/s  ({args.generic_events:,} ~1 KB events,"
+          f" full payload, four outputs)  cpu {generic_cpu:.2f} s", file=sys.stderr)
     print(f"Flink session:  {flink['seconds']:8.2f} s  {flink_eps:12,.0f} events/s  {flink['sessions']:,} sessions"
           f"  cpu {flink['cpu_seconds']:.2f} s (JSON lines, parallelism {cores})", file=sys.stderr)
     figures = {
@@ -161,6 +182,8 @@ def main(argv: list[str] | None = None) -> dict:
         "cpu_ratio_vs_session_window": round(baseline_cpu / replay_cpu, 3) if replay_cpu else None,
         "replay_json_seconds": round(replay_json_s, 3), "replay_json_events_per_s": round(replay_json_eps),
         "replay_json_cpu_seconds": round(replay_json_cpu, 2),
+        "generic_events": args.generic_events, "generic_events_per_s": round(generic_eps),
+        "generic_cpu_seconds": round(generic_cpu, 2), "generic_ratio_vs_replay": round(generic_eps / replay_eps, 3),
         "flink_session_window_seconds": flink["seconds"], "flink_session_window_events_per_s": round(flink_eps),
         "flink_session_window_cpu_seconds": flink["cpu_seconds"], "flink_sessions": flink["sessions"],
         "flink_events": flink["events"], "flink_parallelism": cores,

@@ -15,6 +15,11 @@ session, each with the RocksDB state store and its own checkpoint:
   until every file is read and every event is out (the state is empty and the batches written
   hold every event; the run fails otherwise).
 
+- generic: the aggregator on ``--generic-events`` records of the generic shape
+  (``bench/generic.py``: about 1 KB events, full member payload, four outputs), after a small
+  warm-up of its own: ``generic_ratio_vs_aggregator`` is its events/s over the default run's
+  (a small run, the general path against the specialised one).
+
 - ceiling: the aggregator's query with a stateful processor that drops its input (no state, no
   output): what decode, packing, shuffle and ``transformWithStateInPandas`` cost before any of
   our processing, i.e. the best ratio any Python processor could reach on this query.
@@ -54,7 +59,9 @@ import time
 from pathlib import Path
 
 from flink import flink_session_window
+from generic import GENERIC_NAMES
 
+from consolidator.events import FieldNames
 from consolidator.policy import Policy
 from consolidator.spark.session import build_session
 from consolidator.spark.shards import DEFAULT_SHARDS
@@ -63,12 +70,14 @@ START_MS = 1_795_000_020_000
 NEXMARK_Q11_EVENTS_PER_CORE = 40_000
 
 
-def generate(directory: Path, events: int, groups: int, file_records: int, span_ms: int) -> int:
+def generate(directory: Path, events: int, groups: int, file_records: int, span_ms: int,
+             generic: bool = False) -> int:
     """Parquet files of records (topic, partition, offset, timestamp, key, value) in time order,
     written one after the other (the file source lists them by modification time). Returns the
     number of files. Group of event i: a multiplicative hash of i mod ``groups``; 50 order ids
     per group; timestamps evenly over ``span_ms``. The same records go to ``<directory>-json`` as
-    JSON lines, one file per Parquet file (key and value as strings, timestamp in epoch ms)."""
+    JSON lines, one file per Parquet file (key and value as strings, timestamp in epoch ms).
+    ``generic``: about 1 KB events of the generic shape's layout (bench/generic.py)."""
     import orjson
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -86,6 +95,11 @@ def generate(directory: Path, events: int, groups: int, file_records: int, span_
         values = [(f'{{"location_id":"{g}","order_id":"{g}-O{(i * 40_503) % 50}",'
                    f'"items":[{{"sku":"SKU-{i % 20}","quantity":{i % 7 + 1}}}]}}').encode()
                   for i, g in zip(ids, group, strict=True)]
+        if generic:
+            values = [(f'{{"location_id":"{g}","order_id":"{g}-O{(i * 40_503) % 50}",'
+                       f'"order":{{"total":{i % 10_000 / 100},"status":"paid"}},'
+                       f'"context":{{"page":"/p/{i % 20}","agent":"bench/1.0 {"x" * 800}"}}}}').encode()
+                      for i, g in zip(ids, group, strict=True)]
         table = pa.table({
             "topic": ["orders"] * len(ids), "partition": [i % 8 for i in ids], "offset": [i // 8 for i in ids],
             "timestamp": [START_MS + i * span_ms // events for i in ids],
@@ -182,12 +196,13 @@ def run_session_window(spark, directory: Path, workdir: Path, files: int, files_
 
 
 def run_aggregator(spark, directory: Path, workdir: Path, files: int, files_per_trigger: int,
-                   policy: Policy, events: int, shards: int = DEFAULT_SHARDS) -> dict:
+                   policy: Policy, events: int, shards: int = DEFAULT_SHARDS, names: FieldNames | None = None) -> dict:
     from consolidator.spark.streaming import BatchWriter, aggregate
     from consolidator.spark.transforms import records
 
     checkpoint, out = workdir / "ckpt-aggregator", workdir / "batches.jsonl"
-    output = aggregate(records(_stream(spark, directory, files_per_trigger)), policy, shards=shards)
+    output = aggregate(records(_stream(spark, directory, files_per_trigger)), policy, names or FieldNames(),
+                       shards=shards)
     writer = BatchWriter(f"file://{out}", f"file://{workdir / 'dead.jsonl'}")
     started = time.perf_counter()
     query = (output.writeStream.queryName("aggregator").foreachBatch(writer)
@@ -286,6 +301,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="Baseline session gap in event time (default 60 s: the input spaces a group's "
                              "events about 7 s apart, so one session per group).")
     parser.add_argument("--state-shards", type=int, default=DEFAULT_SHARDS)
+    parser.add_argument("--generic-events", type=int, default=100_000,
+                        help="Records of the generic run (bench/generic.py: ~1 KB, full payload, four outputs).")
     parser.add_argument("--warmup-events", type=int, default=100_000,
                         help="Records each query first runs on, unmeasured (0: no warm-up).")
     parser.add_argument("--save", type=Path, help="also write the JSON line to this file (for bench/capacity.py)")
@@ -317,6 +334,21 @@ def main(argv: list[str] | None = None) -> dict:
         aggregator_json = run_aggregator(spark, data.with_name("events-json"), workdir / "json", files,
                                          args.files_per_trigger, policy, args.events, args.state_shards)
         print(f"aggregator (JSON lines): {aggregator_json}", file=sys.stderr)
+        # the generic shape, a small run on its own ~1 KB events, after a warm-up of its own
+        generic_data = workdir / "generic"
+        generic_files = generate(generic_data, args.generic_events, args.groups, args.file_records, args.span_ms,
+                                 generic=True)
+        if args.warmup_events:
+            warm_events = min(args.warmup_events, 20_000)
+            warm_files = generate(workdir / "warm-generic-data", warm_events, args.groups, args.file_records,
+                                  args.span_ms, generic=True)
+            (workdir / "warm-generic").mkdir()
+            run_aggregator(spark, workdir / "warm-generic-data", workdir / "warm-generic", warm_files,
+                           args.files_per_trigger, policy, warm_events, args.state_shards, GENERIC_NAMES)
+        (workdir / "generic-out").mkdir()
+        generic = run_aggregator(spark, generic_data, workdir / "generic-out", generic_files, args.files_per_trigger,
+                                 policy, args.generic_events, args.state_shards, GENERIC_NAMES)
+        print(f"aggregator (generic shape): {generic}", file=sys.stderr)
         # the files are read in parallel: a watermark of the whole span drops no record as late
         flink = flink_session_window(data.with_name("events-json"), workdir / "warmup-json", gap_ms,
                                      cores or 2, watermark_ms=-(-args.span_ms // 3_600_000) * 3_600_000)
@@ -346,6 +378,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ceiling_ratio_after_first_batch": round(ceiling["after_first_batch_events_per_s"]
                                                  / baseline["after_first_batch_events_per_s"], 3),
         "aggregator_json": aggregator_json, "flink_session_window": flink,
+        "generic": generic, "generic_ratio_vs_aggregator": round(generic["events_per_s"] / aggregator["events_per_s"], 3),
         "ratio_vs_flink_session_window": round(aggregator_json["events_per_s"] / flink["events_per_s"], 3),
     }
     print(json.dumps(figures))

@@ -58,8 +58,8 @@ def _install_sink_faults() -> None:
 
 
 def main(kind: str, repo: Path) -> None:
+    from consolidator.demo.lambda_context import LocalLambdaContext
     from consolidator.demo.runner import load_handler
-    from consolidator.lambda_context import LocalLambdaContext
 
     answers = _protocol_stream()
     if kind in ("flush", "acks"):  # the batch sink, the completion sink

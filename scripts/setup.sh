@@ -3,8 +3,8 @@
 #
 #   scripts/setup.sh demo   what `make demo` needs: MariaDB, Redis, Python, the `cli` extra
 #   scripts/setup.sh test   all of it (`make test`): + Java 17 (Spark), Node.js (CDK), the
-#                           dev/spark/infra extras, the Lambda bundle's arm64 wheels and the
-#                           IaC scanner (checkov, in .tools/checkov)
+#                           dev/spark/infra extras, the Lambda bundle's arm64 wheels, the
+#                           IaC scanner (checkov, in .tools/checkov) and the SAM CLI (in .tools/sam)
 #   scripts/setup.sh uv     only uv, into .tools/venv (for `make lock`)
 #   scripts/setup.sh flink  Java 17 and Flink's own venv (.tools/flink), for the peer benchmarks
 #
@@ -164,6 +164,22 @@ if [ "$PROFILE" = test ]; then
     touch "$checkov_stamp"
   fi
   SUMMARY+=("IaC scan: checkov $(sed -n 's/^checkov==\([^ ]*\).*/\1/p' scripts/checkov-requirements.txt) in .tools/checkov")
+fi
+
+# --- the SAM CLI in its own environment --------------------------------------------------------
+# `sam validate --lint`, `sam local generate-event` and the Lambda Runtime Interface Emulator it
+# ships, for the SAM tests; its dependencies would clash with uv.lock too: .tools/sam holds them,
+# pinned by hash in scripts/sam-requirements.txt (made from scripts/sam-requirements.in).
+if [ "$PROFILE" = test ]; then
+  sam_stamp=.tools/sam/.req-$(sha256sum scripts/sam-requirements.txt | cut -c1-16)
+  if [ ! -f "$sam_stamp" ]; then
+    rm -rf .tools/sam
+    run_long "installing the SAM CLI (the SAM tests of make test) into .tools/sam" "$LOGS/sam.log" \
+      bash -c "python3 -m venv --without-pip .tools/sam && '$UV' pip install --python .tools/sam/bin/python \
+        --require-hashes --compile-bytecode -r scripts/sam-requirements.txt"
+    touch "$sam_stamp"
+  fi
+  SUMMARY+=("SAM: aws-sam-cli $(sed -n 's/^aws-sam-cli==\([^ ]*\).*/\1/p' scripts/sam-requirements.txt) in .tools/sam")
 fi
 
 # --- MariaDB ----------------------------------------------------------------------------------

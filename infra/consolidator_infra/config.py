@@ -23,7 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from consolidator.settings import check_windows, setting_field
+from consolidator.settings import check_glue_format, check_windows, setting_field
+from consolidator.shape import parse_outputs, parse_payload
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
 
@@ -65,6 +66,47 @@ class NetworkConfig(_Model):
         return self
 
 
+SECRET_ARN = r"^arn:aws[\w-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+$"
+GLUE_REGISTRY_ARN = re.compile(r"^arn:aws[\w-]*:glue:([a-z0-9-]+):(\d{12}):registry/([A-Za-z0-9_$#.-]+)$")
+
+
+class SchemaRegistryConfig(_Model):
+    """The topic's values are in a schema registry's format (README: value formats). Either the
+    ingest function decodes them (``decode_in: function``: consolidator.formats, a
+    Confluent-compatible registry or Glue) or the event source mapping does (``event_source_mapping``:
+    provisioned mode, which the mapping always uses here; it hands the function JSON values, and
+    a record it cannot validate goes to the mapping's on-failure queue, never dropped)."""
+
+    value_format: setting_field("value_format")[0] = Field(  # the runtime's type: consolidator.settings
+        description="avro, protobuf or json-schema (plain JSON: no schema_registry)")
+    decode_in: Literal["function", "event_source_mapping"] = "function"
+    confluent_url: str | None = Field(None, pattern=r"^https?://[^\s@/]+(/\S*)?$",
+                                      description="Confluent-compatible registry URL (no credentials in it)")
+    confluent_secret_arn: str | None = Field(
+        None, pattern=SECRET_ARN, description='its basic-auth secret: JSON {"username": ..., "password": ...}')
+    glue_registry_arn: str | None = Field(
+        None, pattern=GLUE_REGISTRY_ARN.pattern, description="arn:aws:glue:<region>:<account>:registry/<name>")
+
+    @model_validator(mode="after")
+    def _one_registry(self) -> Self:
+        if self.value_format == "json":
+            raise ValueError("value_format json needs no schema registry: leave msk.schema_registry out")
+        if bool(self.confluent_url) == bool(self.glue_registry_arn):
+            raise ValueError("set exactly one of confluent_url and glue_registry_arn")
+        if self.glue_registry_arn and self.confluent_secret_arn:
+            raise ValueError("confluent_secret_arn is for confluent_url; Glue is read with the IAM role")
+        if self.confluent_url and self.decode_in == "event_source_mapping" and not self.confluent_secret_arn:
+            raise ValueError("the event source mapping reads a Confluent registry with basic auth:"
+                             " confluent_secret_arn is required")
+        if self.glue_registry_arn and self.decode_in == "function":
+            check_glue_format(self.value_format, "glue_registry_arn")
+        return self
+
+    @property
+    def glue_registry_name(self) -> str | None:
+        return GLUE_REGISTRY_ARN.match(self.glue_registry_arn).group(3) if self.glue_registry_arn else None
+
+
 class MskConfig(_Model):
     """The existing MSK cluster and topic the ingest function consumes (IAM auth)."""
 
@@ -79,6 +121,8 @@ class MskConfig(_Model):
     retry_attempts: int = Field(10, ge=0, le=10_000, description="bounded: never -1 (infinite)")
     max_record_age_seconds: int = Field(6 * 3600, ge=60, le=604_800, description="bounded: never -1")
     broker_cidr: str | None = Field(None, description="where the brokers are (port 9098) for the Kafka sink; default the VPC CIDR")
+    schema_registry: SchemaRegistryConfig | None = Field(
+        None, description="values in Avro, Protobuf or JSON Schema with a registry; None: plain JSON values")
 
     @field_validator("cluster_arn")
     @classmethod
@@ -169,6 +213,8 @@ POLICY_SETTINGS = (
     "item_id_field", "items_field", "sku_field", "quantity_field",
     # Rate limit and event TTL (docs/semantics.md section 7); per-group overrides: `consolidator limits`.
     "rate_limit_batches", "rate_limit_period_seconds", "event_ttl_seconds",
+    # The event shape (docs/events.md); in a deployment the spec is inline JSON (no file to read).
+    "aggregate", "member_payload",
 )
 
 
@@ -176,6 +222,11 @@ class _PolicyRules(_Model):
     @model_validator(mode="after")
     def _rules(self) -> Self:
         check_windows(self.debounce_seconds, self.hard_window_seconds)  # the runtime's own rule
+        if self.aggregate is not None:  # the runtime's parser; a function has no spec file to read
+            if not self.aggregate.lstrip().startswith("["):
+                raise ValueError("aggregate must be the spec itself (a JSON list) in a deployment, not a file path")
+            parse_outputs(self.aggregate)
+        parse_payload(self.member_payload)
         if self.tick_interval_seconds > FLUSH_SCHEDULE_SECONDS:
             raise ValueError(f"tick_interval_seconds ({self.tick_interval_seconds:g}) must be at most"
                              f" {FLUSH_SCHEDULE_SECONDS} in a deployment: the flush function is scheduled once a"

@@ -5,6 +5,8 @@
 * Bounded retries and maximum record age (never infinite), then the batch's metadata goes to
   the on-failure queue (the records stay in Kafka for replay from those offsets).
 * Provisioned pollers (minimum/maximum) for steady throughput; Kafka metrics (OffsetLag) on.
+* Optionally the mapping's schema registry configuration (consolidator_infra.value_format):
+  it decodes Avro, Protobuf or JSON Schema values and hands the function JSON.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from consolidator_infra.config import MskConfig
 class IngestEventSource(Construct):
     def __init__(
         self, scope: Construct, id: str, *, config: MskConfig, function: lambda_.Function, on_failure: sqs.IQueue,
+        schema_registry: lambda_.ISchemaRegistry | None = None,
     ) -> None:
         super().__init__(scope, id)
         self.source = sources.ManagedKafkaEventSource(
@@ -38,6 +41,7 @@ class IngestEventSource(Construct):
             retry_attempts=config.retry_attempts,
             max_record_age=Duration.seconds(config.max_record_age_seconds),
             on_failure=sources.SqsDlq(on_failure),
+            schema_registry_config=schema_registry,
             metrics_config=lambda_.MetricsConfig(
                 metrics=[lambda_.MetricType.EVENT_COUNT, lambda_.MetricType.ERROR_COUNT, lambda_.MetricType.KAFKA_METRICS],
             ),

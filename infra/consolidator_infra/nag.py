@@ -4,12 +4,10 @@ reason it is acceptable here. Anything not listed fails ``cdk synth`` and the in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from cdk_nag import NagPackSuppression, NagSuppressions
-
-if TYPE_CHECKING:
-    from consolidator_infra.stack import ConsolidatorStack
+from constructs import Node
 
 MANAGED = "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
 
@@ -42,11 +40,37 @@ TERMINAL_QUEUE = NagPackSuppression(
 )
 
 
-def suppress_findings(stack: ConsolidatorStack) -> None:
+class Suppressed(Protocol):
+    """What :func:`suppress_findings` reads of the stack (``stack.ConsolidatorStack`` has it): the
+    stack imports this module, so this module names the shape, not the class."""
+
+    config: Any
+    ingest: Any
+    flush: Any
+    cleanup: Any
+    migrate: Any
+    acks: Any
+    dead_letters: Any
+    completion: Any
+    database: Any
+    cache: Any
+    node: Node
+
+
+def suppress_findings(stack: Suppressed) -> None:
     config = stack.config
     for function in (stack.ingest, stack.flush, stack.cleanup, stack.migrate):
         NagSuppressions.add_resource_suppressions(function.role, [MANAGED_EXECUTION_POLICIES, XRAY], apply_to_children=True)
         NagSuppressions.add_resource_suppressions(function, [PINNED_RUNTIME])
+    registry = stack.config.msk.schema_registry
+    if registry is not None and registry.glue_registry_arn:  # Glue schema versions (value_format.py)
+        NagSuppressions.add_resource_suppressions(stack.ingest.role, [NagPackSuppression(
+            id="AwsSolutions-IAM5",
+            reason="glue:GetSchemaVersion is granted on the schemas of the one configured registry"
+                   " (schema/<registry>/*): a value names its schema version by id, and which schemas"
+                   " the producers register there is only known at run time.",
+            applies_to=[{"regex": "/^Resource::.*:schema/.*\\*.*$/"}],
+        )], apply_to_children=True)
     for queue in (stack.dead_letters.queue, stack.dead_letters.ingest_failures):
         NagSuppressions.add_resource_suppressions(queue, [TERMINAL_QUEUE])
     if stack.completion is not None:  # batch completion tracking: the acks function and its DLQ

@@ -28,6 +28,7 @@ from consolidator_infra.monitoring import Monitored, Monitoring
 from consolidator_infra.nag import suppress_findings
 from consolidator_infra.network import Network
 from consolidator_infra.schedules import Schedules
+from consolidator_infra.value_format import ValueFormat
 
 P = "CONSOLIDATOR_"
 
@@ -58,16 +59,22 @@ class ConsolidatorStack(Stack):
             f"{P}ITEMS_FIELD": policy.items_field, f"{P}SKU_FIELD": policy.sku_field,
             f"{P}QUANTITY_FIELD": policy.quantity_field, f"{P}MAX_EVENT_BYTES": str(policy.max_event_bytes),
             f"{P}DEAD_LETTER_URL": self.dead_letters.url,
+            # the event shape, only when set: an unset shape keeps the version 1 message
+            **({f"{P}AGGREGATE": policy.aggregate} if policy.aggregate is not None else {}),
+            **({f"{P}MEMBER_PAYLOAD": policy.member_payload} if policy.member_payload != "none" else {}),
         }
         net = self.network
         kafka_cidr = (config.msk.broker_cidr or config.network.vpc_cidr) if isinstance(config.sink, KafkaSinkConfig) else None
 
+        self.value_format = ValueFormat(self, "ValueFormat", config=config.msk.schema_registry)
+        ingest_group = net.function_group("Ingest", database=True, cache=False, kafka_cidr=None)
         self.ingest = self.functions.build(
             "ingest", description="MSK records -> MySQL buffer (partial batch failures)",
             timeout=Duration.seconds(fn.ingest_timeout_seconds), memory_mb=fn.ingest_memory_mb,
-            security_group=net.function_group("Ingest", database=True, cache=False, kafka_cidr=None),
-            environment={**fields, **self._database_user("ingest")},
+            security_group=ingest_group,
+            environment={**fields, **self._database_user("ingest"), **self.value_format.function_environment()},
         )
+        self.value_format.grant(self.ingest, ingest_group)
         self.flush = self.functions.build(
             "flush", description="Claims due groups, publishes one batch per group, marks them sent",
             timeout=Duration.seconds(fn.flush_timeout_seconds), memory_mb=fn.flush_memory_mb,
@@ -123,7 +130,7 @@ class ConsolidatorStack(Stack):
 
         self.ingest_source = IngestEventSource(
             self, "IngestSource", config=config.msk, function=self.ingest,
-            on_failure=self.dead_letters.ingest_failures,
+            on_failure=self.dead_letters.ingest_failures, schema_registry=self.value_format.mapping_registry(),
         )
         self.schedules = Schedules(
             self, "Schedules", flush=self.flush, cleanup=self.cleanup, cleanup_hour_utc=fn.cleanup_schedule_hour_utc,

@@ -1,4 +1,9 @@
-"""Batch message version 1: aggregation and the deterministic ``batch_id``.
+"""The batch message: aggregation and the deterministic ``batch_id``.
+
+Version 1 (the reference shape: quantity summed per sku, no member payload) stays byte for byte
+what it was; a generic event shape (:mod:`consolidator.shape`) gives version 2
+(``schemas/batch-v2.schema.json``): named ``aggregates`` and, per member, its item id, position
+and, when configured, its newest event.
 
 ``batch_id`` is a function of the group key, the members' source positions and their topics'
 epochs only, so every engine, every retry and every replay of the same claim yields the same id.
@@ -19,6 +24,7 @@ import hmac
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from types import MappingProxyType
 from typing import NamedTuple
@@ -27,8 +33,10 @@ import orjson
 
 from consolidator.events import MAX_QUANTITY, SourcePosition
 from consolidator.policy import FlushReason, Policy
+from consolidator.shape import INT64_MAX, EventView, Shape, aggregate, payload_of, within_int64
 
 SCHEMA_VERSION = 1
+SCHEMA_VERSION_SHAPED = 2  # a generic event shape (schemas/batch-v2.schema.json)
 SCHEMA_MINOR_HELD_BACK = 1  # v1.1: optional ``held_back_ms`` (schemas/batch-v1.1.schema.json)
 
 
@@ -37,7 +45,7 @@ class Member(NamedTuple):
 
     position: SourcePosition
     item_id: str
-    items: tuple[tuple[str, int], ...]
+    items: tuple[tuple[str, int], ...] | EventView  # (sku, quantity) pairs, or what a generic shape keeps
     first_seen_ms: int
     last_update_ms: int
     merged_events: int = 1
@@ -101,9 +109,35 @@ def iso_ms(epoch_ms: int) -> str:
     return f"{_iso_seconds(seconds)}.{millis:03d}Z"
 
 
+@dataclass(frozen=True, slots=True)
+class MessageOptions:
+    """What, besides its members, decides a message's size: the event shape (None: version 1),
+    completion tracking (item ids and the ack token) and a rate limit (``held_back_ms``). The
+    byte cap is applied to the message with every optional field these allow, at its widest."""
+
+    shape: Shape | None = None
+    tracked: bool = False
+    rate_limited: bool = False
+
+
+PLAIN = MessageOptions()
+_SIZING_KEY = b"\x00" * 16  # any key: an ack token is always 32 hex digits
+
+
+def _pairs(items: tuple[tuple[str, int], ...] | EventView) -> tuple[tuple[str, int], ...]:
+    """The (sku, quantity) pairs of a row; none for a row a generic shape stored."""
+    return () if isinstance(items, EventView) else items
+
+
+def _view(items: tuple[tuple[str, int], ...] | EventView) -> EventView:
+    """What a generic shape reads of a row; an empty event for a row the reference shape stored."""
+    return items if isinstance(items, EventView) else EventView({})
+
+
 def build_message(
     group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
     *, ack_key: bytes | None = None, held_back_ms: int = 0, epochs: Mapping[str, int] | None = NO_EPOCHS,
+    shape: Shape | None = None,
 ) -> dict:
     """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
     position's items count; quantities are summed per sku across items. ``ack_key`` (completion
@@ -113,17 +147,16 @@ def build_message(
     its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1); every other message is
     exactly v1, so consumers of v1 see no change while no rate limit holds a group back.
     ``epochs``: the topics' epochs the batch id is computed with (:func:`batch_id`); ``None``
-    for a batch claimed before schema 9, whose id is :func:`batch_id_v1`."""
+    for a batch claimed before schema 9, whose id is :func:`batch_id_v1`. ``shape``: a generic
+    event shape gives the version 2 message (:func:`_build_shaped`)."""
+    if shape is not None:
+        return _build_shaped(group_key, members, reason, flushed_at_ms, ack_key, held_back_ms, epochs, shape)
     if not members:
         raise ValueError("a batch needs at least one member")
-    newest_per_item: dict[str, Member] = {}
-    for member in members:
-        current = newest_per_item.get(member.item_id)
-        if current is None or member.position > current.position:
-            newest_per_item[member.item_id] = member
+    newest_per_item = _newest_per_item(members)
     quantities: dict[str, int] = {}
     for member in newest_per_item.values():
-        for sku, quantity in member.items:
+        for sku, quantity in _pairs(member.items):
             quantities[sku] = quantities.get(sku, 0) + quantity
     positions = sorted(m.position for m in members)
     message = {
@@ -150,6 +183,55 @@ def build_message(
     return message
 
 
+def _newest_per_item(members: Sequence[Member]) -> dict[str, Member]:
+    newest: dict[str, Member] = {}
+    for member in members:
+        current = newest.get(member.item_id)
+        if current is None or member.position > current.position:
+            newest[member.item_id] = member
+    return newest
+
+
+def _build_shaped(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
+                  ack_key: bytes | None, held_back_ms: int, epochs: Mapping[str, int] | None, shape: Shape) -> dict:
+    """The version 2 message: ``aggregates`` (each output of the shape over the newest event of
+    each item, in source-position order) and every member (position order) with its item id
+    and, when the shape carries a payload, its newest event (``event``). Optional fields:
+    ``held_back_ms`` (no minor version), ``completion_tracking`` and ``ack_token``."""
+    if not members:
+        raise ValueError("a batch needs at least one member")
+    newest = _newest_per_item(members)
+    by_position = sorted(members, key=lambda m: m.position)
+    events = [_view(m.items).event for m in sorted(newest.values(), key=lambda m: m.position)]
+    positions = [m.position for m in by_position]
+    entries = []
+    for m in by_position:
+        entry = {**m.position.as_dict(), "item_id": m.item_id}
+        if shape.carries_payload:
+            entry["event"] = payload_of(_view(m.items), shape)
+        entries.append(entry)
+    message = {
+        "schema_version": SCHEMA_VERSION_SHAPED,
+        "batch_id": batch_id_v1(group_key, positions) if epochs is None else batch_id(group_key, positions, epochs),
+        "group_key": group_key,
+        "flush_reason": str(reason),
+        "item_ids": sorted(newest),
+        "aggregates": aggregate(shape, events),
+        "item_count": len(newest),
+        "event_count": sum(m.merged_events for m in members),
+        "first_event_at": iso_ms(min(m.first_seen_ms for m in members)),
+        "last_event_at": iso_ms(max(m.last_update_ms for m in members)),
+        "flushed_at": iso_ms(flushed_at_ms),
+        "members": entries,
+    }
+    if held_back_ms > 0:
+        message["held_back_ms"] = held_back_ms
+    if ack_key is not None:
+        message["completion_tracking"] = True
+        message["ack_token"] = ack_token(ack_key, message["batch_id"])
+    return message
+
+
 def encode(message: dict) -> bytes:
     """Canonical JSON bytes (sorted keys, no spaces, UTF-8): equal messages give equal bytes."""
     try:
@@ -158,18 +240,27 @@ def encode(message: dict) -> bytes:
         return json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def message_bytes(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int) -> int:
-    """Size of the encoded v1 message of these members."""
-    return len(encode(build_message(group_key, members, reason, flushed_at_ms)))
+def message_bytes(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
+                  options: MessageOptions = PLAIN) -> int:
+    """Size of the encoded message of these members with every field ``options`` allow, at its
+    widest: the published message is never larger (the ack token has a fixed length, the
+    held-back time is counted with the most digits it can have)."""
+    return len(encode(build_message(
+        group_key, members, reason, flushed_at_ms, shape=options.shape,
+        ack_key=_SIZING_KEY if options.tracked else None, held_back_ms=INT64_MAX if options.rate_limited else 0)))
 
 
-def message_bytes_bound(group_key: str, members: Sequence[Member]) -> int:
+def message_bytes_bound(group_key: str, members: Sequence[Member], options: MessageOptions = PLAIN) -> int:
     """An upper bound of :func:`message_bytes`, without building the message: every string
-    counted as if each character were a 6-byte JSON escape, every number at its widest."""
+    counted as if each character were a 6-byte JSON escape, every number at its widest. A
+    generic shape has no cheap bound (its members carry events): the bound is then infinite."""
+    if options.shape is not None:
+        return 1 << 62
     size = 512 + 6 * len(group_key)  # fixed fields, keys, batch id, times, counts
+    size += 160 if options.tracked or options.rate_limited else 0  # ack token, flags, held-back time
     for m in members:
-        size += 6 * len(m.item_id) + 3 + 6 * len(m.position.topic) + 80
-        size += sum(6 * len(sku) + 64 for sku, _ in m.items)
+        size += (12 if options.tracked else 6) * len(m.item_id) + 3 + 6 * len(m.position.topic) + 96
+        size += sum(6 * len(sku) + 64 for sku, _ in _pairs(m.items))
     return size
 
 
@@ -207,24 +298,29 @@ def fit_count(fits: Callable[[int], bool], have: Callable[[int], int]) -> int:
 
 
 def prefix_fits(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
-                max_bytes: int) -> Callable[[int], bool]:
+                max_bytes: int, options: MessageOptions = PLAIN) -> Callable[[int], bool]:
     """``fits(m)`` for :func:`fit_count`: the message of ``members[:m]`` is at most ``max_bytes``
     (decided by :func:`message_bytes_bound` when that suffices, without building the message)."""
     def fits(m: int) -> bool:
         prefix = members[:m]
-        return (message_bytes_bound(group_key, prefix) <= max_bytes
-                or message_bytes(group_key, prefix, reason, flushed_at_ms) <= max_bytes)
+        return (message_bytes_bound(group_key, prefix, options) <= max_bytes
+                or message_bytes(group_key, prefix, reason, flushed_at_ms, options) <= max_bytes)
     return fits
 
 
-def int64_prefix(members: Sequence[Member]) -> int:
+def int64_prefix(members: Sequence[Member], shape: Shape | None = None) -> int:
     """How many of ``members`` (claim order) the next batch takes before a quantity it sums
     would pass ``MAX_QUANTITY`` (2**63-1): members are taken one by one, as
     :func:`build_message` counts them (the newest row of each item), and the first that would
     take a sku's sum over the bound starts the next batch. At least 1: ingest refuses an event
     whose own sums go over, so a member alone always fits. Cheap when the quantities of all
-    members together fit (always, unless quantities reach 10**18 or so)."""
-    if sum([quantity for m in members for _, quantity in m.items]) <= MAX_QUANTITY:
+    members together fit (always, unless quantities reach 10**18 or so). A generic ``shape``:
+    the longest prefix (:func:`fit_count`) whose integer outputs all fit int64."""
+    if shape is not None:
+        return fit_count(lambda m: within_int64(aggregate(shape, [
+            _view(x.items).event for x in sorted(_newest_per_item(members[:m]).values(), key=lambda x: x.position)])),
+            lambda m: min(m, len(members)))
+    if sum([quantity for m in members for _, quantity in _pairs(m.items)]) <= MAX_QUANTITY:
         return len(members)
     newest: dict[str, Member] = {}
     sums: dict[str, int] = {}
@@ -233,9 +329,9 @@ def int64_prefix(members: Sequence[Member]) -> int:
         if current is not None and member.position < current.position:
             continue  # an older row of an item already taken: the sums do not change
         change: dict[str, int] = {}
-        for sku, quantity in () if current is None else current.items:
+        for sku, quantity in () if current is None else _pairs(current.items):
             change[sku] = change.get(sku, sums.get(sku, 0)) - quantity
-        for sku, quantity in member.items:
+        for sku, quantity in _pairs(member.items):
             change[sku] = change.get(sku, sums.get(sku, 0)) + quantity
         if any(total > MAX_QUANTITY for total in change.values()):
             return max(index, 1)
@@ -245,7 +341,8 @@ def int64_prefix(members: Sequence[Member]) -> int:
 
 
 def fitting_prefix(
-    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int, max_bytes: int | None
+    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int, max_bytes: int | None,
+    options: MessageOptions = PLAIN,
 ) -> int:
     """How many of ``members`` (claim order) the next batch takes: at most :func:`int64_prefix`
     (its summed quantities fit a signed 64-bit integer), and under the byte cap (``None``: no
@@ -253,36 +350,48 @@ def fitting_prefix(
     own; the sink rejects it and, after ``max_attempts``, it reaches the dead-letter
     destination). While a message grows with its prefix (always, except where a later member
     of an item replaces an earlier one with fewer SKUs) this is the longest prefix that fits."""
-    members = members[:int64_prefix(members)]
+    members = members[:int64_prefix(members, options.shape)]
     if max_bytes is None:
         return len(members)
-    return fit_count(prefix_fits(group_key, members, reason, flushed_at_ms, max_bytes),
+    return fit_count(prefix_fits(group_key, members, reason, flushed_at_ms, max_bytes, options),
                      lambda m: min(m, len(members)))
 
 
 def split_to_fit(
-    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int, max_bytes: int | None
+    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int, max_bytes: int | None,
+    options: MessageOptions = PLAIN,
 ) -> list[list[Member]]:
     """One claim's members as consecutive batches, each :func:`fitting_prefix` of what is left.
     Both engines split a claim with this rule, so they produce the same batches."""
     rest = list(members)
     batches = []
     while rest:
-        taken = fitting_prefix(group_key, rest, reason, flushed_at_ms, max_bytes)
+        taken = fitting_prefix(group_key, rest, reason, flushed_at_ms, max_bytes, options)
         batches.append(rest[:taken])
         rest = rest[taken:]
     return batches
 
 
 def fit_claims(
-    group_key: str, claims: Sequence[tuple[FlushReason, Sequence[Member]]], flushed_at_ms: int, policy: Policy
+    group_key: str, claims: Sequence[tuple[FlushReason, Sequence[Member]]], flushed_at_ms: int, policy: Policy,
+    tracked: bool = False,
 ) -> list[tuple[FlushReason, list[Member]]]:
     """:func:`~consolidator.policy.plan_batches` claims split under ``policy.max_batch_bytes`` and
-    so that their summed quantities fit int64 (:func:`fitting_prefix`)."""
+    so that their summed quantities fit int64 (:func:`fitting_prefix`), the size counted with
+    the policy's shape, ``held_back_ms`` when the group has a rate limit, and the tracking fields."""
+    options = MessageOptions(policy.shape, tracked, policy.limit_for(group_key) is not None)
     return [(reason, batch) for reason, members in claims
-            for batch in split_to_fit(group_key, members, reason, flushed_at_ms, policy.max_batch_bytes)]
+            for batch in split_to_fit(group_key, members, reason, flushed_at_ms, policy.max_batch_bytes, options)]
+
+
+def schema_name(message: dict) -> str:
+    """The schema version a message names: ``"2"``, ``"1.1"`` (``schema_minor`` 1) or ``"1"``."""
+    if message.get("schema_version") == SCHEMA_VERSION_SHAPED:
+        return "2"
+    return "1.1" if message.get("schema_minor") == SCHEMA_MINOR_HELD_BACK else "1"
 
 
 def load_schema(version: str = "1") -> dict:
-    """The JSON Schema of the message: ``"1"`` or ``"1.1"`` (v1 plus the optional held-back field)."""
+    """The JSON Schema of the message: ``"1"``, ``"1.1"`` (v1 plus the optional held-back field)
+    or ``"2"`` (a generic event shape)."""
     return json.loads(resources.files("consolidator.schemas").joinpath(f"batch-v{version}.schema.json").read_text())

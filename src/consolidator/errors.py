@@ -51,6 +51,11 @@ class StoreRefused(ConsolidatorError):
     it propagates, so the invocation fails, is counted as an error and alarms."""
 
 
+class SchemaOutdated(StoreRefused):
+    """The database's schema is older than this code needs (``consolidator db migrate`` brings any
+    older schema to the current one). Raised before anything is read or written."""
+
+
 class DeliveryError(ConsolidatorError):
     """A sink or dead-letter destination did not confirm a write."""
 

@@ -21,6 +21,7 @@ import msgspec
 import orjson
 
 from consolidator.errors import ConsolidatorError
+from consolidator.shape import EventView, Shape, ValueFault, retain
 
 # Records, positions and events are NamedTuples: immutable, ordered like tuples, and several
 # times cheaper to build than frozen dataclasses on the ingest hot path.
@@ -62,23 +63,29 @@ class KafkaRecord(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class FieldNames:
-    """Where the group key, item id and items live in the JSON value (configuration)."""
+    """Where the group key, item id and items live in the JSON value (configuration), and the
+    event shape (:mod:`consolidator.shape`): None is the reference shape (``items`` summed per
+    ``sku``, no member payload, the version 1 message); a :class:`~consolidator.shape.Shape`
+    makes each event keep what that shape reads (:class:`~consolidator.shape.EventView`) and the
+    items fields unused."""
 
     group_key: str = "location_id"
     item_id: str = "order_id"
     items: str = "items"
     sku: str = "sku"
     quantity: str = "quantity"
+    shape: Shape | None = None
 
 
 class Event(NamedTuple):
-    """A valid event. ``payload`` holds the original value bytes, untouched."""
+    """A valid event. ``payload`` holds the original value bytes, untouched. ``items``: the
+    (sku, quantity) pairs under the reference shape, what a generic shape keeps otherwise."""
 
     position: SourcePosition
     timestamp_ms: int
     group_key: str
     item_id: str
-    items: tuple[tuple[str, int], ...]
+    items: tuple[tuple[str, int], ...] | EventView
     payload: bytes
 
     @property
@@ -98,10 +105,15 @@ class PoisonReason(StrEnum):
     BAD_ITEM_ID = "bad_item_id"
     BAD_ITEMS = "bad_items"
     BAD_QUANTITY = "bad_quantity"
+    BAD_VALUE = "bad_value"  # a value a generic shape reads has the wrong type (detail: path, expected type)
     # the MSK envelope around the value (consolidator.msk)
     BAD_ENVELOPE = "bad_envelope"
     UNIDENTIFIABLE = "unidentifiable_record"
     BAD_EVENT = "bad_event"
+    # the value format in front of the JSON parsing (consolidator.formats)
+    BAD_WIRE_FORMAT = "bad_wire_format"
+    UNKNOWN_SCHEMA = "unknown_schema"
+    UNDECODABLE_VALUE = "undecodable_value"
 
 
 class PoisonEvent(ConsolidatorError):
@@ -111,6 +123,7 @@ class PoisonEvent(ConsolidatorError):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.schema_id: str | None = None  # the registry's id of the value's schema, when it has one
 
 
 DAY_MS = 86_400_000
@@ -213,6 +226,16 @@ def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -
     if type(document) is not dict:
         raise PoisonEvent(PoisonReason.NOT_OBJECT, f"value is a JSON {type(document).__name__}, not an object")
     get = document.get
+    if names.shape is not None:
+        return Event(
+            SourcePosition(record.topic, record.partition, record.offset),
+            record.timestamp_ms,
+            _identifier(get(names.group_key), names.group_key, PoisonReason.MISSING_GROUP_KEY,
+                        PoisonReason.BAD_GROUP_KEY),
+            _identifier(get(names.item_id), names.item_id, PoisonReason.MISSING_ITEM_ID, PoisonReason.BAD_ITEM_ID),
+            _retained(document, names.shape),
+            value,
+        )
     return Event(
         SourcePosition(record.topic, record.partition, record.offset),
         record.timestamp_ms,
@@ -221,6 +244,13 @@ def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -
         _items(get(names.items), names),
         value,
     )
+
+
+def _retained(document: dict, shape: Shape) -> EventView:
+    try:
+        return retain(document, shape)
+    except ValueFault as fault:
+        raise PoisonEvent(PoisonReason.BAD_VALUE, str(fault)) from None
 
 
 _Key = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_CHARS)]
@@ -236,8 +266,9 @@ class _FastDecoders(NamedTuple):
 @functools.lru_cache(maxsize=16)
 def _build_fast_decoders(names: FieldNames) -> _FastDecoders | None:
     """Typed decoders of a valid event for the configured field names, strictly (identifiers
-    as strings only: an integer identifier takes the exact path). None when the names collide."""
-    if len({names.group_key, names.item_id, names.items}) < 3 or names.sku == names.quantity:
+    as strings only: an integer identifier takes the exact path). None when the names collide
+    or a generic shape is configured (the exact path keeps what it reads)."""
+    if names.shape is not None or len({names.group_key, names.item_id, names.items}) < 3 or names.sku == names.quantity:
         return None
 
     def decoder(forbid_unknown_fields: bool) -> msgspec.json.Decoder:

@@ -61,6 +61,9 @@ def _write(tmp_path: Path, name: str, **changes) -> Path:
         ({"completion__senders": ["arn:aws:iam::111111111111:root*"]}, "completion.senders.0"),
         ({"completion__max_concurrency": 1}, "completion.max_concurrency: Input should be greater than or equal to 2"),
         ({"completion__max_concurrency": 8, "completion__reserved_concurrency": 4}, "reserved_concurrency must be >="),
+        ({"policy__aggregate": '[{"name": "n", "op": "avg", "path": "a"}]'}, "op must be one of"),
+        ({"policy__aggregate": "specs/aggregate.json"}, "not a file path"),
+        ({"policy__member_payload": "everything"}, "must be none, full or a JSON list of paths"),
     ],
 )
 def test_invalid_environment_names_the_field(tmp_path, changes, message):
@@ -94,3 +97,24 @@ def test_runbook_links_need_an_absolute_base_url(tmp_path):
     (directory / "bad.json").write_text(json.dumps(data))
     with pytest.raises(ConfigError, match="alarms.runbook_base_url"):
         load_environment("bad", directory)
+
+
+def test_the_event_shape_of_an_environment_reaches_the_ingest_and_flush_functions(tmp_path):
+    from app import create_app
+    from aws_cdk.assertions import Template
+    from consolidator_infra.stage import ConsolidatorStage
+
+    spec = '[{"name": "n", "op": "count"}]'
+    config = load_environment("shaped", _write(tmp_path, "shaped", policy__aggregate=spec,
+                                               policy__member_payload='["user_id"]'))
+    stage = ConsolidatorStage(create_app(outdir=str(tmp_path / "cdk.out")), config)
+    functions = Template.from_stack(stage.stack).find_resources("AWS::Lambda::Function")
+    shaped = {}
+    for resource in functions.values():
+        variables = resource["Properties"].get("Environment", {}).get("Variables", {})
+        if "CONSOLIDATOR_AGGREGATE" in variables:
+            shaped[variables["CONSOLIDATOR_AGGREGATE"]] = variables["CONSOLIDATOR_MEMBER_PAYLOAD"]
+            assert "CONSOLIDATOR_ITEM_ID_FIELD" in variables  # the functions that decode or build batches
+    assert shaped == {spec: '["user_id"]'}
+    assert sum("CONSOLIDATOR_AGGREGATE" in r["Properties"].get("Environment", {}).get("Variables", {})
+               for r in functions.values()) == 2  # ingest and flush

@@ -8,8 +8,8 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from consolidator.demo.lambda_context import LocalLambdaContext
 from consolidator.errors import ConfigurationError
-from consolidator.lambda_context import LocalLambdaContext
 
 HANDLER = Path(__file__).resolve().parents[2] / "functions" / "migrate" / "handler.py"
 

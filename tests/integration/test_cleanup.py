@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from support import ROWS, STATE, T0, record, sql
 
+from consolidator.demo.lambda_context import LocalLambdaContext
 from consolidator.events import FieldNames, decode, months_after
-from consolidator.lambda_context import LocalLambdaContext
 from consolidator.policy import FlushReason
 from consolidator.services.cleanup import CleanupService
 

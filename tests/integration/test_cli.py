@@ -344,8 +344,8 @@ def test_dlq_list_and_redrive_from_an_sqs_dead_letter(env, migrated, monkeypatch
     import boto3
     from moto import mock_aws
 
-    from consolidator.deadletter import SqsDeadLetter, poison_entry
     from consolidator.events import PoisonEvent
+    from consolidator.sinks.deadletter import SqsDeadLetter, poison_entry
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(name, "testing")

@@ -38,3 +38,51 @@ def test_batch_status_ack_and_list_incomplete(env, store, tmp_path):  # noqa: F8
 
     unknown = cli(env, "batch", "status", "f" * 32)
     assert unknown.exit_code == 1 and "not tracked" in unknown.stderr
+
+
+def test_batch_show_and_list_any_batch_with_its_members_and_filters(env, store, tmp_path):  # noqa: F811
+    """``batch show`` and ``batch list`` (issue 22): untracked batches too, members with item id,
+    position and the newest event their row keeps; filters by state, group and claim time."""
+    import orjson
+
+    from consolidator.clock import ManualClock
+    from consolidator.events import FieldNames, KafkaRecord, decode
+    from consolidator.policy import Policy
+    from consolidator.services.flush import FlushService
+    from consolidator.shape import Shape, parse_outputs
+    from consolidator.sinks.deadletter import FileDeadLetter
+    from consolidator.sinks.file import FileSink
+
+    shape = Shape(parse_outputs('[{"name": "n", "op": "count"}]'), payload_paths=(("page",),))
+    names = FieldNames(group_key="tenant", item_id="user", shape=shape)
+    events = [decode(KafkaRecord("clicks", 0, i, NOW, None, orjson.dumps(
+        {"tenant": f"T{i % 2}", "user": f"u{i}", "page": f"/p{i}", "secret": "kept out"})), names, 1 << 20)
+        for i in range(5)]
+    clock = ManualClock(NOW - 600_000)
+    store.ingest(events, clock.now_ms())
+    clock.set(NOW)
+    sink = FileSink(tmp_path / "out.jsonl")
+    FlushService(store=store, sink=sink, dead_letter=FileDeadLetter(tmp_path / "dead.jsonl"), clock=clock,
+                 policy=Policy(debounce_ms=1000, hard_window_ms=1000, shape=shape)).tick()
+    published = {m["group_key"]: m for m in sink.read()}
+    assert set(published) == {"T0", "T1"}
+
+    listed = cli_json(env, "batch", "list")["batches"]
+    assert sorted((b["group_key"], b["state"], b["member_count"], b["tracked"]) for b in listed) == [
+        ("T0", "SENT", 3, False), ("T1", "SENT", 2, False)]
+    assert [b["group_key"] for b in cli_json(env, "batch", "list", "--group", "T1")["batches"]] == ["T1"]
+    assert cli_json(env, "batch", "list", "--state", "dead")["batches"] == []
+    assert len(cli_json(env, "batch", "list", "--since", "1h", "--limit", "1")["batches"]) == 1
+    assert cli_json(env, "batch", "list", "--since", "2099-01-01T00:00:00Z")["batches"] == []
+
+    shown = cli_json(env, "batch", "show", published["T0"]["batch_id"])
+    assert (shown["state"], shown["reason"], shown["attempts"], shown["tracked"]) == ("SENT", "hard_window", 0, False)
+    assert [(m["item_id"], m["offset"], m["event"]) for m in shown["members"]] == [
+        ("u0", 0, {"page": "/p0"}), ("u2", 2, {"page": "/p2"}), ("u4", 4, {"page": "/p4"})]
+    assert [m["item_id"] for m in published["T0"]["members"]] == ["u0", "u2", "u4"]
+    table = cli(env, "batch", "show", published["T1"]["batch_id"])
+    assert table.exit_code == 0 and "u3" in table.stdout and "/p3" in table.stdout
+    unknown = cli(env, "batch", "show", "f" * 32)
+    assert unknown.exit_code == 1 and "no batch has the id" in unknown.stderr
+    bad = cli(env, "batch", "list", "--since", "yesterday")
+    assert bad.exit_code == 2 and "30m, 2h, 1d" in bad.stderr

@@ -14,8 +14,8 @@ from moto import mock_aws
 from support import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, T0, record, sql
 from test_ingest_handler import load_handler
 
+from consolidator.demo.lambda_context import LocalLambdaContext
 from consolidator.errors import StoreRefused
-from consolidator.lambda_context import LocalLambdaContext
 from consolidator.msk import event_from_records
 from consolidator.store import open_store
 

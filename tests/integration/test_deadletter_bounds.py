@@ -17,7 +17,12 @@ from support import ROWS, STATE, record, sql
 from test_flush import RecordingSink, ingest
 
 from consolidator.batch import Member
-from consolidator.deadletter import (
+from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
+from consolidator.msk import Rejected
+from consolidator.policy import Policy
+from consolidator.services.flush import FlushService
+from consolidator.services.ingest import IngestService
+from consolidator.sinks.deadletter import (
     FileDeadLetter,
     SqsDeadLetter,
     dead_batch_entry,
@@ -27,11 +32,6 @@ from consolidator.deadletter import (
     poison_entry,
     rejected_entry,
 )
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
-from consolidator.msk import Rejected
-from consolidator.policy import Policy
-from consolidator.services.flush import FlushService
-from consolidator.services.ingest import IngestService
 
 SQS_MAX = 256 * 1024
 REGION = "eu-west-1"

@@ -10,7 +10,7 @@ import pytest
 import redis
 from support import REDIS_URL
 
-from consolidator.dedupe import Outcome, RedisDedupe
+from consolidator.consumer.dedupe import Outcome, RedisDedupe
 from consolidator.errors import LockUnavailable
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from consolidator.deadletter import FileDeadLetter
 from consolidator.sinks import OutgoingBatch
+from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sinks.file import FileSink
 
 LINE_BYTES = 1 << 20  # one entry of about 1 MiB, 16 per write: the kill lands mid-write
@@ -36,11 +36,12 @@ WRITER = textwrap.dedent("""
         from consolidator.sinks import OutgoingBatch
         from consolidator.sinks.file import FileSink
 
-        sink, body = FileSink(path), ('{"pad":"%s"}' % pad).encode()
+        body = ('{"pad":"%s"}' % pad).encode()
+        sink = FileSink(path, max_message_bytes=len(body))  # lines over the default limit: long writes
         while True:
             assert sink.publish([OutgoingBatch("a" * 32, "WH-1", body)] * 16) == {}
     else:
-        from consolidator.deadletter import FileDeadLetter
+        from consolidator.sinks.deadletter import FileDeadLetter
 
         dead_letter = FileDeadLetter(path)
         while True:

@@ -16,12 +16,12 @@ from support import REDIS_URL, ROWS, STATE, record, sql
 
 from consolidator.batch import load_schema
 from consolidator.clock import ManualClock
-from consolidator.deadletter import FileDeadLetter
 from consolidator.events import FieldNames, KafkaRecord, decode
 from consolidator.lock import RedisLock
 from consolidator.policy import FlushReason, Policy, plan_batches
 from consolidator.services.flush import FlushService
 from consolidator.sinks import OutgoingBatch
+from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sinks.file import FileSink
 from consolidator.store.mysql import MySQLStore
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from test_flush import POLICY, RecordingSink, assert_invariants, ingest, orders
 
-from consolidator.deadletter import FileDeadLetter
 from consolidator.services.flush import FlushService
+from consolidator.sinks.deadletter import FileDeadLetter
 
 
 class SwitchableDeadLetter(FileDeadLetter):

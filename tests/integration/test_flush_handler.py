@@ -13,8 +13,8 @@ import redis
 from support import REDIS_URL, record
 from test_flush import VALIDATOR, ingest
 
+from consolidator.demo.lambda_context import LocalLambdaContext
 from consolidator.errors import ConfigurationError
-from consolidator.lambda_context import LocalLambdaContext
 
 ROOT = Path(__file__).resolve().parents[2]
 

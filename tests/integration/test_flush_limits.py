@@ -17,9 +17,9 @@ from support import ROWS, STATE, T0, record, sql
 from test_flush import RecordingSink, ingest
 
 from consolidator.batch import load_schema
-from consolidator.deadletter import FileDeadLetter
 from consolidator.policy import Policy, RateLimit
 from consolidator.services.flush import FlushService
+from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.store.mysql import MySQLStore
 
 MINUTE = 60_000

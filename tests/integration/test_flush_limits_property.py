@@ -10,9 +10,9 @@ from support import T0, record, sql
 from test_flush import RecordingSink, ingest
 from test_flush_limits import assert_accounted, assert_rate, claim_times
 
-from consolidator.deadletter import FileDeadLetter
 from consolidator.policy import Policy, RateLimit, next_tick_ms
 from consolidator.services.flush import FlushService
+from consolidator.sinks.deadletter import FileDeadLetter
 
 TTL = 120_000
 POLICY = Policy(debounce_ms=20_000, hard_window_ms=60_000, max_batch_size=3, tick_interval_ms=10_000, ttl_ms=TTL)

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from moto import mock_aws
 from support import ROWS, STATE, T0, record, sql
 
-from consolidator.deadletter import FileDeadLetter, SqsDeadLetter
 from consolidator.errors import StoreConflict
 from consolidator.events import FieldNames, PoisonReason, decode
 from consolidator.msk import event_from_records
 from consolidator.policy import FlushReason
 from consolidator.services.ingest import IngestService
+from consolidator.sinks.deadletter import FileDeadLetter, SqsDeadLetter
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 ALL_ROWS = "SELECT * FROM buffer_rows ORDER BY id"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from support import sql
 
+from consolidator.demo.lambda_context import LocalLambdaContext
 from consolidator.errors import ConfigurationError
-from consolidator.lambda_context import LocalLambdaContext
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,8 +11,8 @@ import pytest
 import redis
 from support import REDIS_URL, record
 
+from consolidator.demo.lambda_context import LocalLambdaContext
 from consolidator.events import FieldNames, decode
-from consolidator.lambda_context import LocalLambdaContext
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -30,12 +30,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from support import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, T0, order_value
 
 from consolidator.clock import ManualClock
-from consolidator.deadletter import FileDeadLetter
 from consolidator.events import FieldNames, KafkaRecord, SourcePosition, bucket_of, months_after
 from consolidator.policy import Policy
 from consolidator.services.cleanup import CleanupService
 from consolidator.services.flush import FlushService
 from consolidator.services.ingest import IngestService
+from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sinks.file import FileSink
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 

@@ -34,6 +34,8 @@ SKIPPED = {
     "consolidator offsets reset": "asks for confirmation; tests/integration/test_cli_details.py",
     "make demo": "tests/integration/test_demo.py",
 }
+# Documented outputs that need a state this test does not make (matched by a part of the output).
+SKIPPED_OUTPUT = {"has schema version": "a database of an older schema: the migration floor's tests"}
 # The example's values that differ here.
 SUBSTITUTED = {"consolidator flush --seconds 60": "consolidator flush --seconds 1"}
 # The state the page's examples assume, made after the line named: pending groups to show.
@@ -131,6 +133,8 @@ def test_every_documented_command_prints_what_the_page_shows(env, tmp_path, doc)
                        capture_output=True, timeout=120)
     checked, problems = 0, []
     for command, documented, code in examples(doc):
+        if any(part in line for part in SKIPPED_OUTPUT for line in documented):
+            continue
         if any(command.startswith(prefix) for prefix in SKIPPED):
             if command.startswith("jq "):
                 _fixed_from_dead_letter(tmp_path)
@@ -164,7 +168,7 @@ def test_the_documented_schema_version_is_the_codes():
     from test_cli import VERSIONS
 
     text = DOC.read_text()
-    documented = {int(a or b) for a, b in re.findall(r'schema version (\d+)|"schema_version": (\d+)', text)}
+    documented = {int(a or b) for a, b in re.findall(r'; schema version (\d+)|"schema_version": (\d+)', text)}
     assert documented == {VERSIONS[-1]}, documented
 
 

@@ -13,11 +13,11 @@ import pytest
 from moto import mock_aws
 from support import T0, record, sql
 
-from consolidator.deadletter import FileDeadLetter, SqsDeadLetter
 from consolidator.events import FieldNames, decode
 from consolidator.policy import FlushReason
 from consolidator.services.ingest import IngestService
 from consolidator.services.redrive import redrive_poison
+from consolidator.sinks.deadletter import FileDeadLetter, SqsDeadLetter
 from consolidator.store import schema
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 

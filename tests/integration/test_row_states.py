@@ -16,6 +16,7 @@ from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_se
 from test_flush_crash import Crash, CrashingStore
 
 from consolidator.batch import batch_id_v1
+from consolidator.errors import StoreError
 from consolidator.events import FieldNames, SourcePosition, bucket_of, decode
 from consolidator.policy import FlushReason
 from consolidator.services.cleanup import CleanupService
@@ -119,7 +120,7 @@ def test_migration_7_keeps_the_states_of_a_version_6_database(database_url, cloc
     assert raw_statuses(store) == before
 
     monkeypatch.setattr(schema, "_migrations", every)
-    assert store.migrate(T0) == [7, 8, 9, 10]
+    assert store.migrate(T0) == [7, 8, 9, 10, 11]
     assert store.row_counts() == before
     assert raw_statuses(store) == {"CLAIMED": 4, "PENDING": 1, "SENT": 2}, "SENT rows stay SENT; DEAD rows follow their batch"
 
@@ -139,7 +140,8 @@ def test_migration_7_keeps_the_states_of_a_version_6_database(database_url, cloc
 def test_migration_8_keys_the_batches_still_read_and_drops_ix_batch(database_url, clock, monkeypatch, tmp_path):
     """Batches claimed by version 7 (found through ix_batch): after migration 8 the CLAIMED and
     DEAD ones carry their member keys, in batch order (a DEAD one whose rows are gone an empty
-    list), SENT ones none, and every reader gives what it gave before, without the index."""
+    list), and after migration 11 the SENT ones too; every reader gives what it gave before,
+    without the index."""
     store = MySQLStore(ConnectionParams.from_url(database_url))
     every = schema._migrations
     monkeypatch.setattr(schema, "_migrations", lambda *args: every(*args)[:7])
@@ -153,10 +155,10 @@ def test_migration_8_keys_the_batches_still_read_and_drops_ix_batch(database_url
     partition = f"p{bucket_of(T0)}"
 
     monkeypatch.setattr(schema, "_migrations", every)
-    assert store.migrate(T0) == [8, 9, 10]
+    assert store.migrate(T0) == [8, 9, 10, 11]
     keys = {r["batch_id"]: r["member_keys"] for r in sql(store, "SELECT batch_id, member_keys FROM batches")}
-    assert keys[ids["SENT"]] is None and keys["f" * 32] == "[]"
-    for state in ("DEAD", "CLAIMED"):
+    assert keys["f" * 32] == "[]"
+    for state in ("SENT", "DEAD", "CLAIMED"):
         rows = sql(store, "SELECT id, bucket FROM buffer_rows WHERE batch_id = %s ORDER BY first_seen_ms, pos_key",
                    (ids[state],))
         assert json.loads(keys[ids[state]]) == [[r["id"], r["bucket"]] for r in rows]
@@ -173,13 +175,25 @@ def test_migration_8_keys_the_batches_still_read_and_drops_ix_batch(database_url
     store.close()
 
 
-def test_a_batch_claimed_by_an_older_version_after_migration_8_is_read_by_its_id(store, clock, tmp_path):
-    """While a deployment rolls out, a flush of the version before schema 8 may claim after the
-    migration: its batch has no member keys. Its rows are still found (by batch id): counted as
-    CLAIMED, blocking their partition, and re-published whole under the same id."""
+def test_a_batch_claimed_by_an_older_version_after_migration_8_gets_its_keys_from_migration_11(
+        database_url, clock, monkeypatch, tmp_path):
+    """While a deployment rolled out, a flush of the version before schema 8 may have claimed after
+    migration 8: its batch has no member keys. Migration 11 gives it its keys (the by-batch-id
+    path is gone), so its rows are counted as CLAIMED, block their partition, and are
+    re-published whole under the same id; after it, a batch row without keys is refused."""
+    store = MySQLStore(ConnectionParams.from_url(database_url))
+    every = schema._migrations
+    monkeypatch.setattr(schema, "_migrations", lambda *args: every(*args)[:10])
+    assert store.migrate(T0) == list(range(1, 11))
     ingest(store, clock, orders(5, groups=1))
     claimed = claim_as_before_schema_8(store, 3, group_key="WH-0")
     partition = f"p{bucket_of(T0)}"
+    monkeypatch.setattr(schema, "_migrations", every)
+    assert store.migrate(T0) == [11]
+    assert store.load_batch(claimed).batch_id == claimed
+    with pytest.raises(StoreError, match="member_keys"):  # what a version before schema 8 would write
+        sql(store, "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms)"
+                   " VALUES (%s, 'WH-0', 'CLAIMED', 'idle', 1, %s)", ("e" * 32, T0))
     assert store.row_counts() == {"CLAIMED": 3, "PENDING": 2}
     assert store.unsent_rows_in_partition(partition) == 5
     assert len(store.load_batch(claimed).members) == 3

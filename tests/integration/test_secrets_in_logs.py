@@ -30,8 +30,8 @@ from support import record
 from test_flush import ingest
 
 from consolidator.clock import ManualClock
+from consolidator.demo.lambda_context import LocalLambdaContext
 from consolidator.function_logging import SDK_LOGGERS
-from consolidator.lambda_context import LocalLambdaContext
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,15 +13,15 @@ from support import record
 from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service
 
 from consolidator.batch import Member, build_message, encode, fit_claims
-from consolidator.deadletter import SqsDeadLetter, dead_batch_entry
 from consolidator.errors import ConfigurationError
 from consolidator.events import FieldNames, SourcePosition, decode
 from consolidator.policy import FlushReason, Policy
 from consolidator.services.flush_setup import batch_bytes_cap
 from consolidator.sinks import OutgoingBatch, sink_from_url
+from consolidator.sinks.deadletter import SqsDeadLetter, dead_batch_entry
 from consolidator.sinks.eventbridge import MAX_REQUEST_BYTES, EventBridgeSink
 from consolidator.sinks.file import FileSink
-from consolidator.sinks.kafka import KafkaSink
+from consolidator.sinks.kafka import KEY_AND_HEADER_BYTES, KafkaSink
 from consolidator.sinks.sqs import SqsSink
 from consolidator.spark.buffer import PendingBuffer
 
@@ -98,8 +98,10 @@ def test_kafka_and_file_sinks_know_their_limit():
         assert "over the 1000-byte limit" in errors[0]
     finally:
         sink._producer = None  # nothing was produced; skip the flush against a broker that is not there
-    assert sink_from_url("kafka://b:9092/t?max_message_bytes=2000000").max_message_bytes == 2_000_000
-    assert sink_from_url("kafka://b:9092/t").max_message_bytes == 1_000_000
+    assert sink_from_url("kafka://b:9092/t?max_message_bytes=2000000").record_limit == 2_000_000
+    assert sink_from_url("kafka://b:9092/t").record_limit == 1_000_000
+    # the body cap leaves room for the longest group key and the header
+    assert sink_from_url("kafka://b:9092/t").max_message_bytes == 1_000_000 - KEY_AND_HEADER_BYTES
     with pytest.raises(ValueError, match="max_message_bytes"):
         sink_from_url("kafka://b:9092/t?max_message_bytes=-1")
     assert FileSink.max_message_bytes == 1_000_000
@@ -178,3 +180,16 @@ def test_cap_defaults_to_the_sink_limit_and_may_not_exceed_it(tmp_path):
     assert batch_bytes_cap(200_000, sink) == 200_000
     with pytest.raises(ConfigurationError, match="CONSOLIDATOR_MAX_BATCH_BYTES"):
         batch_bytes_cap(2_000_000, sink)
+
+
+def test_a_kafka_body_within_the_sinks_cap_fits_with_the_longest_group_key_and_header():
+    """The byte cap of batches defaults to the sink's ``max_message_bytes``: a body of exactly
+    that size, under a 191-character group key of 4-byte characters, passes the sink's own check."""
+    sink = KafkaSink("127.0.0.1:1", "batches", max_message_bytes=2000, flush_timeout_s=0.1)
+    try:
+        largest = OutgoingBatch("a" * 32, "\U0001F600" * 191, b"x" * sink.max_message_bytes)
+        assert len(largest.body) + len(largest.group_key.encode()) + len("batch_id") + 32 == 2000
+        errors = sink.publish([largest])
+        assert "over the" not in errors.get(0, "")  # not refused for its size (no broker is there to take it)
+    finally:
+        sink._producer = None

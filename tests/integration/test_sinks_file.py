@@ -20,3 +20,11 @@ def test_unwritable_path_fails_every_batch(tmp_path):
     sink = FileSink(tmp_path / "blocker" / "batches.jsonl")
     errors = sink.publish([OutgoingBatch("a" * 32, "WH-1", b"{}"), OutgoingBatch("b" * 32, "WH-1", b"{}")])
     assert sorted(errors) == [0, 1]
+
+
+def test_a_message_over_the_limit_is_refused_before_writing_and_the_others_are_written(tmp_path):
+    sink = FileSink(tmp_path / "out.jsonl", max_message_bytes=50)
+    small, large = b'{"batch_id":"a"}', b'{"batch_id":"b","pad":"' + b"x" * 60 + b'"}'
+    errors = sink.publish([OutgoingBatch("b", "g", large), OutgoingBatch("a", "g", small)])
+    assert list(errors) == [0] and "over the 50-byte limit" in errors[0]
+    assert sink.read() == [{"batch_id": "a"}]

@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 import pytest
 
 from consolidator.clock import ManualClock
-from consolidator.deadletter import FileDeadLetter
 from consolidator.events import FieldNames, KafkaRecord
 from consolidator.policy import Policy, RateLimit, next_tick_ms
 from consolidator.services.flush import FlushService
 from consolidator.services.ingest import IngestService
 from consolidator.sinks import sink_from_url
+from consolidator.sinks.deadletter import FileDeadLetter
 
 pytestmark = pytest.mark.spark
 
@@ -59,12 +59,14 @@ def history(seed: int = 7) -> list[KafkaRecord]:
 
 
 def serverless(records: list[KafkaRecord], store, tmp_path, policy: Policy = POLICY,
-               names: FieldNames = DEFAULT_NAMES, max_event_bytes: int = 262_144) -> tuple[list[dict], list[dict]]:
+               names: FieldNames = DEFAULT_NAMES, max_event_bytes: int = 262_144,
+               values=None) -> tuple[list[dict], list[dict]]:
     """Each record ingested with the clock at its timestamp; a flush tick at every multiple of
-    tick_interval, after every record with timestamp <= tick; ticks go on until nothing is pending."""
+    tick_interval, after every record with timestamp <= tick; ticks go on until nothing is pending.
+    ``values``: the ingest service's value decoder (None: JSON)."""
     clock = ManualClock(0)
     dead_letter = FileDeadLetter(tmp_path / "serverless-dead.jsonl")
-    ingest = IngestService(store, dead_letter, names, max_event_bytes, clock)
+    ingest = IngestService(store, dead_letter, names, max_event_bytes, clock, values=values)
     sink = sink_from_url(f"file://{tmp_path / 'serverless-batches.jsonl'}")
     flush = FlushService(store=store, sink=sink, dead_letter=dead_letter, policy=policy, clock=clock,
                          max_attempts=3, max_rows_per_tick=1_000_000)

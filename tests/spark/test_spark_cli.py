@@ -142,3 +142,15 @@ def test_stream_checks_the_secret_arn_before_spark_starts():
         "--completion-database-secret-arn", "mysql://admin:hunter2@db/x"])
     assert result.exit_code == 2 and "secretsmanager" in result.output
     assert "hunter2" not in result.output
+
+
+def test_replay_and_stream_take_the_event_shape_as_options_checked_before_spark_starts(tmp_path):
+    bad = '[{"name": "n", "op": "avg"}]'
+    replayed = runner.invoke(spark_app, ["replay", "--input", str(tmp_path), "--out", str(tmp_path / "out"),
+                                         "--aggregate", bad, "--member-payload", "all"])
+    assert replayed.exit_code == 2
+    assert "--aggregate: entry 0 ('n'): op must be one of" in replayed.output and "--member-payload" in replayed.output
+    streamed = runner.invoke(spark_app, ["stream", "--input", str(tmp_path), "--checkpoint", str(tmp_path / "c"),
+                                         "--sink-url", f"file://{tmp_path}/b.jsonl",
+                                         "--dead-letter-url", f"file://{tmp_path}/d.jsonl", "--aggregate", bad])
+    assert streamed.exit_code == 2 and "--aggregate: entry 0 ('n')" in streamed.output

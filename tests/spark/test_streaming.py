@@ -263,3 +263,35 @@ def test_a_restart_under_another_kind_of_policy_keeps_the_pending_rows(spark, ka
     expected = sorted(batch_id(g, [SourcePosition(topic, 0, o) for o in offsets[g][a:a + 2]])
                       for g in groups for a in (0, 2, 4))
     assert sorted(published()) == expected
+
+
+def test_a_generic_shape_streams_version_2_batches_with_each_members_event(spark, kafka, tmp_path):
+    """Issue 22: the streaming job decodes with the shape of its field names and builds the
+    version 2 message as the flush does (members with item id and event, aggregates)."""
+    from consolidator.events import FieldNames
+    from consolidator.shape import Shape, parse_outputs
+
+    shape = Shape(parse_outputs('[{"name": "users", "op": "count"}, {"name": "spent", "op": "sum", "path": "amount"},'
+                                ' {"name": "last_page", "op": "last", "path": "page"}]'), full_payload=True)
+    topic = kafka.topic("clicks")
+    out, dead = tmp_path / "batches.jsonl", tmp_path / "dead.jsonl"
+    config = StreamConfig(kafka.bootstrap, topic, f"file://{out}", f"file://{dead}", str(tmp_path / "ckpt"),
+                          policy=Policy(debounce_ms=2_000, hard_window_ms=60_000, max_batch_size=50,
+                                        tick_interval_ms=1_000),
+                          names=FieldNames(group_key="tenant", item_id="user", shape=shape),
+                          trigger_ms=250, source="python")
+    events = [{"tenant": "acme", "user": "u1", "amount": 5, "page": "/a", "items": "unrelated"},
+              {"tenant": "acme", "user": 7, "amount": 2.5, "page": "/b"},
+              {"tenant": "acme", "user": "u1", "amount": 10, "page": "/c"},
+              {"tenant": "acme", "user": "u2", "amount": "lots"}]
+    kafka.produce(topic, [(b"acme", json.dumps(e).encode(), now_ms()) for e in events], partition=0)
+    query = start(spark, config)
+    try:
+        [batch] = wait_for(lambda: read_lines(out), query, timeout_s=150)
+        [entry] = wait_for(lambda: read_lines(dead), query, timeout_s=30)
+    finally:
+        query.stop()
+    assert batch["schema_version"] == 2 and batch["aggregates"] == {"users": 2, "spent": 12.5, "last_page": "/c"}
+    assert [(m["offset"], m["item_id"], m["event"]) for m in batch["members"]] == [(1, "7", events[1]),
+                                                                                    (2, "u1", events[2])]
+    assert (entry["reason"], entry["detail"]) == ("bad_value", "amount: expected number, got string")

@@ -111,3 +111,28 @@ def test_an_empty_table_stores_nothing():
     table = PendingTable()
     table.ingest(EVENT_SCHEMA.empty_table(), 1_000)
     assert table.dump() is None and table.next_due_ms(POLICIES[0]) is None and table.plan_due(1_000, POLICIES[0]) == []
+
+
+def generic(batches) -> list:
+    """The history with each event's items replaced by what a generic shape keeps (issue 22)."""
+    from consolidator.shape import EventView, stored_text
+
+    return [(now, [(*e[:6], stored_text(EventView({"n": len(e[6]), "tags": [e[5], None], "x": {"y": 1.5}})))
+                   for e in events]) for now, events in batches]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rows_of_a_generic_shape_keep_their_event_in_both_layouts_and_across_checkpoints(seed):
+    batches = generic(history(seed))
+    expected = run_shard(POLICIES[0], batches)
+    assert any(claims for claims, _, _ in expected)
+    assert run_table(POLICIES[0], batches) == expected
+    kept = {type(m.items).__name__ for claims, _, _ in expected for *_, rows in claims for m in rows}
+    assert kept == {"EventView"}
+    shard = Shard(1)
+    for now, events in batches[:5]:
+        for group, topic, partition, offset, ts, item, items in events:
+            shard.buffer(group).ingest(BufferedEvent(SourcePosition(topic, partition, offset), ts, item,
+                                                     parse_items(items)), now)
+    rows = rows_of(shard)
+    assert rows_of(PendingTable.of_members(rows)) == rows == rows_of(Shard.of_members(1, rows))

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consolidator.deadletter import dead_letter_from_url
 from consolidator.errors import ConfigurationError
 from consolidator.settings import FlushSettings, IngestSettings, load_settings
+from consolidator.sinks.deadletter import dead_letter_from_url
 from consolidator.store.connection import ConnectionParams
 
 SECRET = "Pw0rdXyZ"

@@ -13,7 +13,6 @@ import enum
 import functools
 import importlib
 import json
-import math
 import re
 import sys
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from typer._click import exceptions as click_exceptions
 from typer.core import TyperCommand, TyperGroup
 
 from consolidator.errors import ConfigurationError, ConsolidatorError
+from consolidator.options import MARKUP_MODE, as_setting, bounded  # noqa: F401 (the commands' option parsers)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -138,9 +138,6 @@ class _Root(TyperGroup):
         return super().get_command(ctx, name)
 
 
-# Usage errors and help in boxes only on a terminal: piped, they are plain unwrapped lines. Every
-# Typer app of the CLI (the lazily loaded Spark group too) uses this mode.
-MARKUP_MODE = "rich" if sys.stderr.isatty() else None
 
 ROOT_HELP = (
     "Operate the Consolidator buffer: db (schema), status, flush, ingest (a local file), kafka (a local"
@@ -218,49 +215,6 @@ def _root(
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
-def _number(value: float) -> str:
-    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
-
-
-def bounded(low: float, high: float, unit: str = "", *, integer: bool = False) -> Callable[[object], float]:
-    """The parser of a count or duration option: a finite number from ``low`` to ``high``
-    (whole when ``integer``), or a usage error (exit 2) naming the value and the allowed range."""
-    kind = "a whole number" if integer else "a number"
-    allowed = f"allowed {_number(low)} to {_number(high)}{unit}"
-
-    def parse(value: object) -> float:
-        text = str(value).strip()
-        try:
-            number = int(text) if integer else float(text)
-        except ValueError:
-            raise typer.BadParameter(f"{text!r:.40} is not {kind}: {allowed}") from None
-        if not (math.isfinite(number) and low <= number <= high):
-            raise typer.BadParameter(f"{text:.40} is out of range: {allowed}")
-        return number
-
-    return parse
-
-
-def as_setting(name: str) -> Callable[[object], object]:
-    """The parser of an option that sets the same quantity as the setting ``name``: its type and
-    bounds, declared once in the settings model; a usage error (exit 2) naming the value and the
-    allowed range otherwise."""
-
-    def parse(value: object) -> object:
-        from consolidator.settings import check_setting
-
-        try:
-            value = float(str(value))  # a number from here on (the setting's type decides what fits)
-        except ValueError:
-            pass  # refused below as not a number, shown as typed
-        try:
-            return check_setting(name, value)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc)) from None
-
-    return parse
-
-
 MAX_LIST = 100_000  # the most rows one listing command reads or shows
 
 BATCH_ID = re.compile(r"[0-9a-f]{32}")  # batch ids are 128 bits, in lowercase hex (consolidator.batch)
@@ -326,10 +280,12 @@ def load_settings(model_name: str):
     return settings.load_settings(getattr(settings, model_name))
 
 
-def store_for(s):
+def store_for(s, *, migrating: bool = False):
+    """The store of settings ``s``; it refuses a schema older than the current one unless
+    ``migrating`` (see :func:`consolidator.store.open_store`)."""
     from consolidator.store import open_store
 
-    return open_store(s.database_url, s.database_secret_arn)
+    return open_store(s.database_url, s.database_secret_arn, migrating=migrating)
 
 
 def wall_clock_ms() -> int:

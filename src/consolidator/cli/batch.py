@@ -1,7 +1,11 @@
-"""``consolidator batch``: completion tracking of one batch, operator acks, overdue batches."""
+"""``consolidator batch``: any batch and its members (``show``, ``list``), completion tracking of
+one batch, operator acks, overdue batches."""
 
 from __future__ import annotations
 
+import json
+import re
+from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -25,7 +29,74 @@ from consolidator.cli.base import (
     wall_clock_ms,
 )
 
-batch_app = typer.Typer(help="Batch completion tracking: status, acks, overdue batches.", no_args_is_help=True)
+batch_app = typer.Typer(help="Batches: show one, list them, completion tracking (status, acks, overdue).",
+                        no_args_is_help=True)
+_AGO = re.compile(r"^(\d+)([smhd])$")
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _since_ms(text: str, now_ms: int) -> int:
+    """``30m``, ``2h``, ``1d`` (ago) or an ISO-8601 time with its offset."""
+    if match := _AGO.match(text):
+        return now_ms - int(match[1]) * _UNIT_MS[match[2]]
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: give 30m, 2h, 1d or an ISO time like 2026-11-26T15:00:00Z") from None
+    if moment.tzinfo is None:
+        raise typer.BadParameter(f"{text!r}: an ISO time needs its offset (Z or +01:00)")
+    return round(moment.timestamp() * 1000)
+
+
+def _member_document(m) -> dict:
+    document = {**m.position.as_dict(), "item_id": m.item_id, "merged_events": m.merged_events,
+                "first_seen_ms": m.first_seen_ms, "last_update_ms": m.last_update_ms}
+    if m.event is not None:
+        document["event"] = m.event
+    if m.items is not None:
+        document["items"] = [{"sku": sku, "quantity": quantity} for sku, quantity in m.items]
+    return document
+
+
+def _batch_document(view, members: bool) -> dict:
+    document = {"batch_id": view.batch_id, "group_key": view.group_key, "state": view.state, "kind": view.kind,
+                "reason": view.reason, "member_count": view.member_count, "attempts": view.attempts,
+                "claimed_at_ms": view.claimed_at_ms, "last_attempt_ms": view.last_attempt_ms,
+                "finished_at_ms": view.finished_at_ms, "last_error": view.last_error,
+                "held_back_ms": view.held_back_ms, "tracked": view.tracked}
+    if members:
+        document["members"] = [_member_document(m) for m in view.members]
+    return document
+
+
+@batch_app.command("show", cls=reads("CleanupSettings"))
+@guarded
+def show(batch_id: Annotated[str, typer.Argument(help="The batch id (32 hex characters).")],
+         as_json: JsonOption = False) -> None:
+    """One batch, tracked or not: state, reason, attempts, group, last error, and its members with
+    item id, position and what their row keeps of the newest event. Exit 1 when unknown."""
+    check_batch_ids([batch_id], as_json)
+    store = store_for(load_settings("CleanupSettings"))
+    view = store.batch_view(batch_id)
+    if view is None:
+        raise fail(f"unknown batch: no batch has the id {batch_id}", as_json, batch_id=batch_id)
+    document = _batch_document(view, members=True)
+    if as_json:
+        emit_json(document)
+        return
+    now = wall_clock_ms()
+    out.print(f"batch {view.batch_id} ({view.group_key}): {view.state}, {view.reason}, {view.attempts} failed"
+              f" publishes, {view.member_count} members, claimed {age_text(now, view.claimed_at_ms)} ago"
+              + (", tracked" if view.tracked else "") + (f", held back {view.held_back_ms} ms" if view.held_back_ms else "")
+              + (f"; last error: {view.last_error}" if view.last_error else ""))
+    table = Table()
+    for column in ("#", "item id", "position", "events", "newest event"):
+        table.add_column(column)
+    for index, m in enumerate(document["members"]):
+        kept = m.get("event", m.get("items"))
+        table.add_row(str(index), m["item_id"], f"{m['topic']}/{m['partition']}/{m['offset']}",
+                      str(m["merged_events"]), "-" if kept is None else json.dumps(kept, ensure_ascii=False)[:120])
+    out.print(table)
 
 
 def _status(store, batch_id: str, now: int) -> dict | None:
@@ -102,18 +173,23 @@ def ack(
         raise typer.Exit(EXIT_FAILED)
 
 
-@batch_app.command("list", cls=reads("CompletionSettings"))
+@batch_app.command("list", cls=reads({"": "CleanupSettings", "with --incomplete": "CompletionSettings"}))
 @guarded
 def list_(
     incomplete: Annotated[bool, typer.Option("--incomplete", help="Sent batches not complete after the deadline.")] = False,
-    limit: Annotated[int, typer.Option(parser=bounded(0, MAX_LIST, integer=True), help="Show at most this many batches (0 to 100,000).")] = 100,
+    state: Annotated[str | None, typer.Option(help="Only batches in this state: CLAIMED, SENT, DEAD or EXPIRED.")] = None,
+    group: Annotated[str | None, typer.Option(help="Only batches of this group key.")] = None,
+    since: Annotated[str | None, typer.Option(help="Only batches claimed since: 30m, 2h, 1d or an ISO time.")] = None,
+    limit: Annotated[int, typer.Option(parser=bounded(0, MAX_LIST, integer=True),
+                                       help="Show at most this many batches (0 to 100,000).")] = 100,
     as_json: JsonOption = False,
 ) -> None:
-    """Tracked batches that are overdue: sent, not complete after CONSOLIDATOR_COMPLETION_DEADLINE_SECONDS
-    (default 3600), oldest first."""
+    """Batches, newest first, filtered by state, group and claim time. With --incomplete: tracked
+    batches that are overdue (sent, not complete after CONSOLIDATOR_COMPLETION_DEADLINE_SECONDS,
+    default 3600), oldest first."""
     if not incomplete:
-        say_error("usage", "only --incomplete is supported")
-        raise typer.Exit(2)
+        _list_batches(state, group, since, limit, as_json)
+        return
     s = load_settings("CompletionSettings")
     deadline_ms = round(s.completion_deadline_seconds * 1000)
     store = store_for(s)
@@ -134,4 +210,28 @@ def list_(
     for t in trackers:
         table.add_row(t.batch_id, t.group_key, f"{t.acked_count}/{t.member_count}", age_text(now, t.sealed_at_ms),
                       age_text(now, t.last_ack_ms) + (" ago" if t.last_ack_ms else ""))
+    out.print(table)
+
+
+def _list_batches(state: str | None, group: str | None, since: str | None, limit: int, as_json: bool) -> None:
+    from consolidator.store.batch_views import STATES
+
+    if limit < 1:
+        raise typer.BadParameter(f"{limit}: at least 1", param_hint="--limit")
+    if state is not None and state.upper() not in STATES:
+        raise typer.BadParameter(f"{state!r}: give one of {', '.join(STATES)}", param_hint="--state")
+    now = wall_clock_ms()
+    since_ms = None if since is None else _since_ms(since, now)
+    store = store_for(load_settings("CleanupSettings"))
+    views = store.batch_views(state=None if state is None else state.upper(), group_key=group, since_ms=since_ms,
+                              limit=limit)
+    if as_json:
+        emit_json({"now_ms": now, "batches": [_batch_document(v, members=False) for v in views]})
+        return
+    table = Table(title=f"batches ({len(views)}, newest first)")
+    for column in ("batch id", "group", "state", "reason", "members", "attempts", "claimed", "tracked"):
+        table.add_column(column)
+    for v in views:
+        table.add_row(v.batch_id, v.group_key, v.state, v.reason, str(v.member_count), str(v.attempts),
+                      age_text(now, v.claimed_at_ms) + " ago", "yes" if v.tracked else "no")
     out.print(table)

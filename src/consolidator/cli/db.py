@@ -37,7 +37,7 @@ def db_migrate(
     """Create or upgrade the schema (idempotent: applies only the missing migrations). Exit 1
     when the database does not exist and --create was not given. The database user must be
     allowed to create tables (and, with --create, the database)."""
-    store = store_for(load_settings("CleanupSettings"))
+    store = store_for(load_settings("CleanupSettings"), migrating=True)
     now = wall_clock_ms()
     created = False
     if create:

@@ -34,7 +34,7 @@ dlq_app = typer.Typer(help="Dead-letter destination: poison events and dead batc
 
 def _read_dead_letter(url: str, limit: int) -> list[tuple[dict, str | None]]:
     """Entries with their SQS receipt handles (None for a file destination)."""
-    from consolidator.deadletter import FileDeadLetter, dead_letter_from_url
+    from consolidator.sinks.deadletter import FileDeadLetter, dead_letter_from_url
 
     destination = dead_letter_from_url(url)
     if isinstance(destination, FileDeadLetter):
@@ -58,7 +58,7 @@ def _read_dead_letter(url: str, limit: int) -> list[tuple[dict, str | None]]:
 
 def _distinct(entries: list[dict]) -> list[dict]:
     """One entry per idempotency key (the first written), with ``count`` = times written."""
-    from consolidator.deadletter import idempotency_key
+    from consolidator.sinks.deadletter import idempotency_key
 
     first: dict[str, dict] = {}
     for entry in entries:
@@ -73,7 +73,7 @@ def _distinct(entries: list[dict]) -> list[dict]:
 def _delete_settled(url: str, received: list[tuple[dict, str | None]], report: RedriveReport) -> dict:
     """Delete from an SQS dead letter the poison entries the redrive stored (or found stored);
     entries still poison, failed, or not poison events stay."""
-    from consolidator.deadletter import dead_letter_from_url
+    from consolidator.sinks.deadletter import dead_letter_from_url
 
     unsettled = {json.dumps(p["source"], sort_keys=True) for p in [*report.still_poison, *report.failed]}
     handles = [handle for entry, handle in received

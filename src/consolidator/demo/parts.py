@@ -9,9 +9,9 @@ import time
 
 from consolidator.demo.check import OutBatch, Produced
 from consolidator.demo.config import INPUT_TOPIC, OUTPUT_TOPIC, DemoConfig, DemoError
+from consolidator.demo.lambda_context import LocalLambdaContext
 from consolidator.demo.synthetic import Message
 from consolidator.events import KafkaRecord
-from consolidator.lambda_context import LocalLambdaContext
 from consolidator.msk import event_from_records
 
 _quiet = logging.getLogger("consolidator.demo.kafka")

@@ -31,7 +31,7 @@ from consolidator.batch import ack_token_matches
 from consolidator.clock import Clock
 from consolidator.completion import Ack, AckFormatError, completion_id, parse_ack
 from consolidator.errors import StoreError, StoreRefused, StoreUnavailable
-from consolidator.services.ingest import MetricsRecorder, NoMetrics
+from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.sinks import OutgoingBatch, Sink
 from consolidator.store.completion import AckResult, Tracker
 from consolidator.store.mysql import MySQLStore

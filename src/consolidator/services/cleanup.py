@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from consolidator.clock import Clock
 from consolidator.events import bucket_of, months_after
 from consolidator.policy import MAX_RATE_PERIOD_MS
-from consolidator.services.ingest import MetricsRecorder, NoMetrics
+from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.store.mysql import MySQLStore, PartitionInfo
 
 

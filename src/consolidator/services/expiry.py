@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from consolidator.clock import Clock
-from consolidator.deadletter import DeadLetter, expired_entry
 from consolidator.errors import DuplicateBatchId, StoreError
 from consolidator.services.flush_report import duplicate_batch_id
-from consolidator.services.ingest import MetricsRecorder
+from consolidator.services.metrics import MetricsRecorder
+from consolidator.sinks.deadletter import DeadLetter, expired_entry
 from consolidator.store.mysql import ExpiryBatch, MySQLStore
 
 log = logging.getLogger("consolidator.services.flush")

@@ -27,10 +27,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from consolidator.batch import build_message, encode
+from consolidator.batch import MessageOptions, build_message, encode
 from consolidator.clock import Clock
-from consolidator.deadletter import DeadLetter, dead_batch_entry
-from consolidator.errors import DuplicateBatchId, LockUnavailable, StoreError
+from consolidator.errors import LockUnavailable, StoreError
 from consolidator.lock import RedisLock
 from consolidator.policy import (
     FlushReason,
@@ -38,22 +37,21 @@ from consolidator.policy import (
     Policy,
     RateLimit,
     due_groups,
-    due_reason,
     expiry_cutoff_ms,
 )
 from consolidator.services.due import DueGroup, due_groups_now, rate_limits
 from consolidator.services.expiry import Expiry
+from consolidator.services.flush_claim import ClaimStep, Group, Tick
 from consolidator.services.flush_report import (
     REASON_METRICS,
     PublishedBatch,
     TickReport,
-    duplicate_batch_id,
 )
-from consolidator.services.ingest import MetricsRecorder, NoMetrics
+from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.sinks import OutgoingBatch, Sink
-from consolidator.store.claims import ClaimCursor
+from consolidator.sinks.deadletter import DeadLetter, dead_batch_entry
 from consolidator.store.completion import SealedBatch
-from consolidator.store.mysql import ClaimedBatch, MySQLStore, Throttled
+from consolidator.store.mysql import ClaimedBatch, MySQLStore
 
 log = logging.getLogger(__name__)
 
@@ -140,74 +138,29 @@ class FlushService:
         return remaining_ms is None or remaining_ms() > self.safety_margin_ms
 
     def _work(self, report: TickReport, remaining_ms: Callable[[], int] | None) -> None:
-        now = self.clock.now_ms()
-        rows = self._republish(report, now, remaining_ms)
-
+        """The tick's steps: re-publish what earlier ticks left CLAIMED (:meth:`_republish`);
+        then, group by group among the due ones, oldest first, expire its rows over the TTL and
+        claim its batches (:class:`~consolidator.services.flush_claim.ClaimStep`); the claimed
+        batches are delivered, published then marked SENT (:meth:`_deliver`), a chunk at a time.
+        Every step stops when the tick is out of rows or time (:meth:`Tick.has_room`)."""
+        tick = Tick(self.clock.now_ms(), remaining_ms, report, self.max_rows_per_tick, self.safety_margin_ms)
+        tick.rows = self._republish(report, tick.now, remaining_ms)
         stats = self.store.pending_group_stats()
         if stats:
             oldest = min(s.oldest_first_seen_ms for s in stats)
-            self.metrics.add_metric(name="OldestPendingAge", unit="Milliseconds", value=max(0, now - oldest))
-        outbox: list[ClaimedBatch] = []
+            self.metrics.add_metric(name="OldestPendingAge", unit="Milliseconds", value=max(0, tick.now - oldest))
         limits = self._limits() if stats else {}
         self._epochs = self.store.topic_epochs() if stats else {}  # the batch ids' topic epochs, this tick
-        cutoff = expiry_cutoff_ms(now, self.policy)
-        for group, reason in due_groups(stats, now, self.policy):
-            known = group.pending  # PENDING rows as of the stats: rows ingested later wait a tick
-            if (cutoff is not None and (group.oldest_record_ts_ms is None or group.oldest_record_ts_ms < cutoff)
-                    and rows < self.max_rows_per_tick and self._time_left(remaining_ms)):
-                claimed, expired = self._expiry().expire_group(group.group_key, cutoff, now)
-                report.expired += expired
-                if claimed:
-                    rows += claimed
-                    left = self.store.pending_group_stats(group.group_key)
-                    reason, known = (due_reason(left[0], now, self.policy), left[0].pending) if left else (None, 0)
-            rate = self._limit(limits, group.group_key)
-            limit = self.policy.max_batch_size  # rows left in this claim (a cut claim continues)
-            cursor = ClaimCursor(group.group_key, limit)  # what the claim read and has not taken yet
-            while reason is not None and rows < self.max_rows_per_tick and self._time_left(remaining_ms):
-                try:
-                    batch = self.store.claim(group.group_key, reason, limit, now, max_bytes=self.policy.max_batch_bytes,
-                                             rate=rate, expired_before_ms=cutoff, cursor=cursor, epochs=self._epochs)
-                except DuplicateBatchId as error:
-                    duplicate_batch_id(self.metrics, error)
-                    break
-                except StoreError as error:
-                    log.warning("claim skipped this tick", extra={"group_key": group.group_key,
-                                                                  "error": str(error)})
-                    break
-                if batch is None:
-                    break
-                if isinstance(batch, Throttled):
-                    report.throttled[group.group_key] = batch.until_ms
-                    self.metrics.add_metric(name="GroupsThrottled", unit="Count", value=1)
-                    log.info("due group throttled by its rate limit",
-                             extra={"group_key": group.group_key, "until_ms": batch.until_ms,
-                                    "since_ms": batch.since_ms})
-                    break
-                if batch.held_back_ms:
-                    self.metrics.add_metric(name="ThrottledWaitSeconds", unit="Seconds",
-                                            value=batch.held_back_ms / 1000)
-                log.info("batch claimed", extra={"batch_id": batch.batch_id, "group_key": batch.group_key,
-                                                 "reason": str(reason), "size": len(batch.members)})
-                rows += len(batch.members)
-                known -= len(batch.members)
-                outbox.append(batch)
-                if len(outbox) >= self.publish_chunk:
-                    self._deliver(outbox, report)
-                    outbox = []
-                if batch.cut:  # split under max_batch_bytes or int64 sums: the claim goes on, same reason
-                    limit -= len(batch.members)
-                    if limit > 0:
-                        continue
-                elif len(batch.members) < limit:
-                    break  # the group had no more PENDING rows we could take
-                limit = self.policy.max_batch_size
-                cursor = ClaimCursor(group.group_key, limit)
-                if known <= 0:
-                    break  # every row the stats counted is claimed: no query for what is left
-                left = self.store.pending_group_stats(group.group_key)
-                reason, known = (due_reason(left[0], now, self.policy), left[0].pending) if left else (None, 0)
-        self._deliver(outbox, report)
+        tick.cutoff = expiry_cutoff_ms(tick.now, self.policy)
+        step = ClaimStep(self.store, self.policy, self.metrics, self._epochs, self._expiry,
+                         lambda batches: self._deliver(batches, report), self.publish_chunk,
+                         MessageOptions(self.policy.shape, self.completion_tracking))
+        for stat, reason in due_groups(stats, tick.now, self.policy):
+            group = Group(stat.group_key, reason, stat.pending, self._limit(limits, stat.group_key),
+                          self.policy.max_batch_size)
+            step.expire(tick, group, stat.oldest_record_ts_ms)
+            step.claim(tick, group)
+        self._deliver(tick.outbox, report)
 
     def _republish(self, report: TickReport, now: int, remaining_ms: Callable[[], int] | None) -> int:
         """Re-publish CLAIMED batches (oldest claim first) under their ids; bury those out of
@@ -274,7 +227,8 @@ class FlushService:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                    ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs)
+                                    ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
+                                    shape=self.policy.shape)
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
             pending.append(_Pending(batch, failed_before[batch.batch_id] + 1, encode(message),
@@ -357,7 +311,7 @@ class FlushService:
         now = self.clock.now_ms()
         message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                 ack_key=self._tracking_key(), held_back_ms=batch.held_back_ms,
-                                epochs=batch.epochs)
+                                epochs=batch.epochs, shape=self.policy.shape)
         if self.dead_letter.send([dead_batch_entry(message, attempts, error, now)]):
             log.error("dead-letter write failed; batch stays CLAIMED and is retried next tick",
                       extra={"batch_id": batch.batch_id, "attempts": attempts})

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from consolidator.errors import DuplicateBatchId
 from consolidator.policy import FlushReason
-from consolidator.services.ingest import MetricsRecorder
+from consolidator.services.metrics import MetricsRecorder
 
 log = logging.getLogger("consolidator.services.flush")
 

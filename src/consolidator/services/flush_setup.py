@@ -8,7 +8,7 @@ from consolidator.clock import Clock
 from consolidator.errors import ConfigurationError
 from consolidator.lock import RedisLock
 from consolidator.services.flush import FlushService
-from consolidator.services.ingest import MetricsRecorder, NoMetrics
+from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.sinks import Sink
 
 
@@ -28,8 +28,8 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
     """Wire the service from :class:`~consolidator.settings.FlushSettings`."""
     from consolidator.aws_secrets import secret_string
     from consolidator.clock import SystemClock
-    from consolidator.deadletter import dead_letter_from_url
     from consolidator.sinks import sink_from_url
+    from consolidator.sinks.deadletter import dead_letter_from_url
     from consolidator.store import open_store
 
     sink = sink_from_url(settings.sink_url, timeout_s=settings.sink_timeout_seconds)
@@ -37,7 +37,8 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
         store=open_store(settings.database_url, settings.database_secret_arn),
         sink=sink,
         dead_letter=dead_letter_from_url(settings.dead_letter_url),
-        policy=dataclasses.replace(settings.policy(), max_batch_bytes=batch_bytes_cap(settings.max_batch_bytes, sink)),
+        policy=dataclasses.replace(settings.policy(), max_batch_bytes=batch_bytes_cap(settings.max_batch_bytes, sink),
+                                   shape=settings.shape()),
         clock=clock or SystemClock(),
         max_attempts=settings.max_attempts,
         max_rows_per_tick=settings.max_rows_per_tick,

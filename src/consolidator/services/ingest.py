@@ -26,13 +26,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from consolidator.clock import Clock
-from consolidator.deadletter import DeadLetter, poison_entry, rejected_entry
 from consolidator.errors import DeliveryError, StoreError, StoreUnavailable
-from consolidator.events import Event, FieldNames, KafkaRecord, PoisonEvent, SourcePosition, decode
+from consolidator.events import Event, FieldNames, KafkaRecord, PoisonEvent, SourcePosition
+from consolidator.formats import RegistryUnavailable, ValueDecoder, decode_event
 from consolidator.msk import Rejected, batch_item_failures, parse_event
+from consolidator.services.metrics import MetricsRecorder, NoMetrics
+from consolidator.sinks.deadletter import DeadLetter, poison_entry, rejected_entry
 from consolidator.store.mysql import IngestCounts, MySQLStore
 
 log = logging.getLogger(__name__)
@@ -47,30 +48,26 @@ def _position(item: Event | SourcePosition) -> SourcePosition:
     return item.position if isinstance(item, Event) else item
 
 
-def _partition(item: Event | SourcePosition) -> Partition:
-    position = _position(item)
-    return position.topic, position.partition
+class PartitionCut:
+    """Where each partition of one invocation stops being durable: its lowest offset that was not
+    stored or dead-lettered. That record and every later one of its partition are reported failed
+    and not written, so what is made durable of a partition is always a prefix of what arrived
+    (docs/semantics.md section 4). A partition never cut keeps everything."""
 
+    def __init__(self) -> None:
+        self._at: dict[Partition, int] = {}
 
-def _offset(item: Event | SourcePosition) -> int:
-    return _position(item).offset
+    def __bool__(self) -> bool:
+        return bool(self._at)
 
+    def at(self, position: SourcePosition) -> None:
+        """``position`` and every later record of its partition are not made durable."""
+        key = (position.topic, position.partition)
+        self._at[key] = min(self._at.get(key, _NEVER), position.offset)
 
-def _cut(cut: dict[Partition, int], position: SourcePosition) -> None:
-    """``position`` and every later record of its partition are not made durable."""
-    key = (position.topic, position.partition)
-    cut[key] = min(cut.get(key, _NEVER), position.offset)
-
-
-class MetricsRecorder(Protocol):
-    """What Powertools' ``Metrics`` offers; services depend on this, not on Powertools."""
-
-    def add_metric(self, name: str, unit: str, value: float) -> None: ...
-
-
-class NoMetrics:
-    def add_metric(self, name: str, unit: str, value: float) -> None:
-        pass
+    def keeps(self, position: SourcePosition) -> bool:
+        """Whether ``position`` is before its partition's cut (it may still be made durable)."""
+        return position.offset < self._at.get((position.topic, position.partition), _NEVER)
 
 
 @dataclass
@@ -93,6 +90,12 @@ class IngestService:
     clock: Clock
     metrics: MetricsRecorder = field(default_factory=NoMetrics)
     pipeline_rows: int = PIPELINE_ROWS  # records decoded per pipelined statement; 0: always the exact path
+    values: ValueDecoder | None = None  # the value format (consolidator.formats); None: JSON
+
+    def decode(self, record: KafkaRecord) -> Event:
+        """``record``'s event; :class:`PoisonEvent` for bad input, :class:`RegistryUnavailable`
+        when the value's schema cannot be looked up now (a dependency failure, never poison)."""
+        return decode_event(self.values, record, self.names, self.max_event_bytes)
 
     def handle_msk_event(self, event: object) -> dict:
         """The whole Lambda contract: MSK event in, partial batch response out. No input makes
@@ -107,13 +110,13 @@ class IngestService:
         dead-lettered: Lambda cannot be told about it, so the whole invocation fails and is
         retried (nothing has been stored by then)."""
         outcome = IngestOutcome()
-        cut: dict[Partition, int] = {}  # per partition, the lowest offset not made durable
+        cut = PartitionCut()
         if rejected or not records or not self.pipeline_rows or not self._ingest_pipelined(records, outcome, cut):
             self._ingest_exact(records, rejected, outcome, cut)
         if cut:
             positions = [*(r.position for r in records), *(r.position for r in rejected if r.position is not None)]
             outcome.failed = list(dict.fromkeys(
-                p for p in positions if p.offset >= cut.get((p.topic, p.partition), _NEVER)))
+                p for p in positions if not cut.keeps(p)))
         for name, value in (
             ("RecordsIngested", outcome.stored),
             ("RecordsCoalesced", outcome.coalesced),
@@ -125,33 +128,33 @@ class IngestService:
         return outcome
 
     def _ingest_pipelined(self, records: Sequence[KafkaRecord], outcome: IngestOutcome,
-                          cut: dict[Partition, int]) -> bool:
+                          cut: PartitionCut) -> bool:
         """The usual invocation, every record valid: one transaction in which the records are
         decoded chunk by chunk while the database stores the previous chunk. Returns False, with
         nothing written, at the first poison record or statement error: the exact path then
         handles the invocation from the start (dead letter, isolating a failing record), so the
         outcome is the exact path's."""
-        names, limit, size = self.names, self.max_event_bytes, self.pipeline_rows
+        names, limit, size, values = self.names, self.max_event_bytes, self.pipeline_rows, self.values
 
         def decoded():
             for start in range(0, len(records), size):
-                yield [decode(r, names, limit) for r in records[start:start + size]]
+                yield [decode_event(values, r, names, limit) for r in records[start:start + size]]
 
         try:
             counts = self.store.ingest_pipelined({(r.topic, r.partition) for r in records}, decoded(),
                                                  self.clock.now_ms())
-        except (PoisonEvent, StoreError):
+        except (PoisonEvent, StoreError, RegistryUnavailable):
             return False
         except StoreUnavailable as error:
             log.error("database unavailable; failing every record", extra={"error": str(error)})
             for record in records:
-                _cut(cut, record.position)
+                cut.at(record.position)
             return True
         self._count(counts, outcome)
         return True
 
     def _ingest_exact(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected],
-                      outcome: IngestOutcome, cut: dict[Partition, int]) -> None:
+                      outcome: IngestOutcome, cut: PartitionCut) -> None:
         """Decode everything, dead-letter the poison, then store the rest (:meth:`_store`)."""
         now = self.clock.now_ms()
         unidentified = [r for r in rejected if r.position is None]
@@ -169,16 +172,22 @@ class IngestService:
         ]
         for record in records:
             try:
-                events.append(decode(record, self.names, self.max_event_bytes))
+                events.append(self.decode(record))
             except PoisonEvent as error:
                 poison.append((record.position, poison_entry(record, error, now), str(error.reason), error.detail))
+            except RegistryUnavailable as error:
+                log.error("schema registry unavailable; the record and the later records of its partition"
+                          " will be retried", extra={"source": record.position.as_dict(), "error": str(error)})
+                cut.at(record.position)
+        if cut:  # what follows a record the registry could not decode waits for it, poison included
+            poison = [p for p in poison if cut.keeps(p[0])]
         positions = [*(r.position for r in records), *(p for p, *_ in poison)]
         try:
             settled = self._dead_letter(poison, outcome, cut)
         except StoreUnavailable as error:
             log.error("database unavailable; failing every record", extra={"error": str(error)})
             for position in positions:
-                _cut(cut, position)
+                cut.at(position)
         else:
             self._store([*events, *settled], outcome, cut)
 
@@ -190,8 +199,8 @@ class IngestService:
         events = []
         for record in records:
             try:
-                events.append(decode(record, self.names, self.max_event_bytes))
-            except PoisonEvent:
+                events.append(self.decode(record))
+            except (PoisonEvent, RegistryUnavailable):
                 outcome.failed.append(record.position)
         chunks = [events] if events else []
         while chunks:
@@ -212,7 +221,7 @@ class IngestService:
         return outcome
 
     def _dead_letter(self, poison: list[_Poison], outcome: IngestOutcome,
-                     cut: dict[Partition, int]) -> list[SourcePosition]:
+                     cut: PartitionCut) -> list[SourcePosition]:
         """Dead-letter the poison that is not a replay (the marks, read without a lock, tell);
         returns the positions whose entry is confirmed and cuts the partitions of the others."""
         if not poison:
@@ -235,7 +244,7 @@ class IngestService:
             if index in failed:
                 log.error("dead-letter write failed; record will be retried",
                           extra={"source": position.as_dict(), "reason": reason})
-                _cut(cut, position)
+                cut.at(position)
             else:
                 log.warning("poison record dead-lettered",
                             extra={"source": position.as_dict(), "reason": reason, "detail": detail})
@@ -244,7 +253,7 @@ class IngestService:
                 settled.append(position)
         return settled
 
-    def _store(self, items: list[Event | SourcePosition], outcome: IngestOutcome, cut: dict[Partition, int]) -> None:
+    def _store(self, items: list[Event | SourcePosition], outcome: IngestOutcome, cut: PartitionCut) -> None:
         """One transaction for the whole invocation; if it fails on a statement error, halve
         until the failing record is isolated, which cuts its partition there. Earlier halves go
         first, so what is stored of a partition is always a prefix. An unreachable database
@@ -253,7 +262,7 @@ class IngestService:
         while chunks:
             chunk = chunks.pop()
             if cut:
-                chunk = [i for i in chunk if _offset(i) < cut.get(_partition(i), _NEVER)]
+                chunk = [i for i in chunk if cut.keeps(_position(i))]
                 if not chunk:
                     continue
             events = [i for i in chunk if type(i) is Event]
@@ -264,13 +273,13 @@ class IngestService:
                 log.error("database unavailable; failing the records not stored yet",
                           extra={"error": str(error)})
                 for item in (i for c in [chunk, *chunks] for i in c):
-                    _cut(cut, _position(item))
+                    cut.at(_position(item))
                 return
             except StoreError as error:
                 if len(chunk) == 1:
                     log.error("record could not be stored; it and the later records of its partition"
                               " will be retried", extra={"source": _position(chunk[0]).as_dict(), "error": str(error)})
-                    _cut(cut, _position(chunk[0]))
+                    cut.at(_position(chunk[0]))
                 else:
                     middle = len(chunk) // 2
                     chunks += [chunk[middle:], chunk[:middle]]
@@ -287,7 +296,7 @@ class IngestService:
 def build_ingest_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> IngestService:
     """Wire the service from :class:`~consolidator.settings.IngestSettings`."""
     from consolidator.clock import SystemClock
-    from consolidator.deadletter import dead_letter_from_url
+    from consolidator.sinks.deadletter import dead_letter_from_url
     from consolidator.store import open_store
 
     return IngestService(
@@ -297,4 +306,5 @@ def build_ingest_service(settings, metrics: MetricsRecorder | None = None, clock
         max_event_bytes=settings.max_event_bytes,
         clock=clock or SystemClock(),
         metrics=metrics or NoMetrics(),
+        values=settings.value_decoder(),
     )

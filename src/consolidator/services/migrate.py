@@ -43,5 +43,5 @@ def build_migration(settings) -> Callable[[Clock], MigrationReport]:
     from consolidator.store import open_store, read_database_secret
 
     check_roles(settings.database_users)
-    store = open_store(settings.database_url, settings.database_secret_arn)
+    store = open_store(settings.database_url, settings.database_secret_arn, migrating=True)
     return lambda clock: migrate_database(store, clock, settings.database_users, read_database_secret)

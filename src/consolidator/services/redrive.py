@@ -20,7 +20,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from consolidator.events import KafkaRecord, PoisonEvent, decode
+from consolidator.events import KafkaRecord, PoisonEvent
+from consolidator.formats import RegistryUnavailable
 from consolidator.services.ingest import IngestService
 
 CHUNK = 500  # records per ingest call: bounds one multi-row statement
@@ -76,12 +77,15 @@ def redrive_poison(entries: Iterable[dict], ingest: IngestService) -> RedriveRep
         source = entry.get("source")
         try:
             record = record_from_entry(entry)
-            decode(record, ingest.names, ingest.max_event_bytes)
+            ingest.decode(record)
         except BadEntry as exc:
             report.still_poison.append({"source": source, "reason": "bad_entry", "detail": str(exc)})
             continue
         except PoisonEvent as exc:
             report.still_poison.append({"source": source, "reason": str(exc.reason), "detail": exc.detail})
+            continue
+        except RegistryUnavailable:
+            records.append(record)  # still poison or not is unknown yet: the redrive reports it failed
             continue
         records.append(record)
     for start in range(0, len(records), CHUNK):

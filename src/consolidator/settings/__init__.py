@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Self
 
-from pydantic import Field, TypeAdapter, ValidationError, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from consolidator.errors import ConfigurationError
 from consolidator.events import FieldNames
@@ -46,6 +46,8 @@ from consolidator.settings.urls import (
     check_sink_url,
     mask,
 )
+from consolidator.settings.value_format import _Format, check_glue_format
+from consolidator.shape import Shape, default_outputs, parse_outputs, parse_payload
 
 __all__ = [
     "DAY_SECONDS",
@@ -69,6 +71,7 @@ __all__ = [
     "allowed_range",
     "check_database_url",
     "check_dead_letter_url",
+    "check_glue_format",
     "check_redis_url",
     "check_setting",
     "check_sink_url",
@@ -134,6 +137,40 @@ class _Fields(Root):
     quantity_field: str = Field("quantity", min_length=1)
     max_event_bytes: int = Field(256 * 1024, gt=0, le=6 * 1024 * 1024)  # Lambda's payload limit
 
+    # The event shape (issue 22, docs/events.md): both unset keep the version 1 message.
+    aggregate: str | None = Field(
+        None, min_length=1,
+        description="the batch's outputs: a JSON list of {name, op, path} (op count, sum, min, max, first, last,"
+                    " distinct, group_sum with by and sum), inline or the path of a JSON file; unset: quantity"
+                    " summed per sku",
+    )
+    member_payload: str = Field(
+        "none", min_length=1,
+        description="what each member of a batch carries of its newest event: none, full, or a JSON list of paths",
+    )
+
+    @field_validator("aggregate")
+    @classmethod
+    def _aggregate_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_outputs(value)
+        return value
+
+    @field_validator("member_payload")
+    @classmethod
+    def _payload_parses(cls, value: str) -> str:
+        parse_payload(value)
+        return value
+
+    def shape(self) -> Shape | None:
+        """The compiled event shape; None for the reference shape (the version 1 message)."""
+        if self.aggregate is None and self.member_payload == "none":
+            return None
+        outputs = (parse_outputs(self.aggregate) if self.aggregate is not None
+                   else default_outputs(self.items_field, self.sku_field, self.quantity_field))
+        full, paths = parse_payload(self.member_payload)
+        return Shape(outputs, full, paths)
+
     def field_names(self) -> FieldNames:
         return FieldNames(
             group_key=self.group_key_field,
@@ -141,6 +178,7 @@ class _Fields(Root):
             items=self.items_field,
             sku=self.sku_field,
             quantity=self.quantity_field,
+            shape=self.shape(),
         )
 
 
@@ -208,7 +246,7 @@ class _Sink(Root):
     )
 
 
-class IngestSettings(_DeadLetter, _Fields, _Base):
+class IngestSettings(_DeadLetter, _Format, _Fields, _Base):
     """What the ingest function needs."""
 
 
@@ -279,7 +317,7 @@ class AckSettings(CompletionSettings):
     )
 
 
-class StreamSettings(_Policy, _Sink, _DeadLetter, _Fields):
+class StreamSettings(_Policy, _Sink, _DeadLetter, _Format, _Fields):
     """What ``consolidator spark stream`` needs (its options override these, same names and units)."""
 
     # Kafka is the source unless the command reads files (``spark stream --input``)
@@ -294,7 +332,7 @@ class StreamSettings(_Policy, _Sink, _DeadLetter, _Fields):
                           "in the job's arguments; COMPLETION_DATABASE_URL then gives host, port, database, TLS")
 
 
-class ReplaySettings(_Policy, _Fields):
+class ReplaySettings(_Policy, _Format, _Fields):
     """What ``consolidator spark replay`` needs: the policy (each grid candidate is checked as an
     override of it) and the field names."""
 

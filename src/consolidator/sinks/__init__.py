@@ -3,7 +3,7 @@
 Guarantee of every sink: ``publish`` reports a batch as delivered only after the destination
 confirmed it (Kafka ack from all in-sync replicas, SQS/EventBridge success entry, fsync'd
 file line). Delivery is at least once: a batch may arrive more than once, always under the
-same ``batch_id``, so consumers dedupe on it (see :mod:`consolidator.dedupe`).
+same ``batch_id``, so consumers dedupe on it (see :mod:`consolidator.consumer.dedupe`).
 
 Every sink waits at most ``timeout_s`` for one ``publish`` call's confirmations (Kafka: the
 producer's flush and message timeout; SQS, EventBridge: connect and read timeouts of two

@@ -23,13 +23,18 @@ class FileSink:
     max_message_bytes: int = MAX_MESSAGE_BYTES
 
     def publish(self, batches: Sequence[OutgoingBatch]) -> dict[int, str]:
-        if not batches:
-            return {}
+        """Write the batches within ``max_message_bytes``; a larger one is refused (not written),
+        as the other sinks refuse theirs before sending."""
+        errors = {i: f"file sink: message of {len(b.body)} bytes is over the {self.max_message_bytes}-byte limit"
+                  for i, b in enumerate(batches) if len(b.body) > self.max_message_bytes}
+        sendable = [b for i, b in enumerate(batches) if i not in errors]
+        if not sendable:
+            return errors
         try:
-            jsonlines.append(self.path, (b.body for b in batches))
+            jsonlines.append(self.path, (b.body for b in sendable))
         except OSError as exc:
             return {i: f"file sink: {exc}" for i in range(len(batches))}
-        return {}
+        return errors
 
     def close(self) -> None:
         pass

@@ -7,9 +7,11 @@ lands later, the re-publish of the same batch id is a harmless duplicate.
 
 Size: a broker accepts a record batch up to its ``message.max.bytes`` (topic:
 ``max.message.bytes``), 1,048,588 bytes by default. A message whose value, key and headers
-exceed ``max_message_bytes`` (default 1,000,000, URL ``?max_message_bytes=``; raise it only
-with the topic's limit) is reported failed without being produced. librdkafka chunks the
-produce requests itself.
+exceed ``record_limit`` (default 1,000,000, URL ``?max_message_bytes=``; raise it only
+with the topic's limit) is reported failed without being produced. The sink's
+``max_message_bytes`` (the largest message body, the default byte cap of batches) is that limit
+less :data:`KEY_AND_HEADER_BYTES`, so a batch within the cap always fits with its key and header.
+librdkafka chunks the produce requests itself.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from consolidator.kafkalog import client_logging
 from consolidator.sinks import OutgoingBatch
 
 MAX_MESSAGE_BYTES = 1_000_000  # under the broker's default message.max.bytes (1,048,588)
+KEY_AND_HEADER_BYTES = 4 * 191 + len("batch_id") + 32  # the longest group key (UTF-8) and the batch id header
 
 
 def _iam_oauth_cb(region: str | None):
@@ -50,7 +53,11 @@ class KafkaSink:
     ) -> None:
         self.topic = topic
         self.flush_timeout_s = flush_timeout_s
-        self.max_message_bytes = max_message_bytes
+        if max_message_bytes <= KEY_AND_HEADER_BYTES:
+            raise ValueError(f"kafka sink max_message_bytes must be over {KEY_AND_HEADER_BYTES} (room for the"
+                             f" group key and the batch id header), got {max_message_bytes}")
+        self.record_limit = max_message_bytes  # value, key and headers
+        self.max_message_bytes = max_message_bytes - KEY_AND_HEADER_BYTES  # the largest body
         config = {
             **client_logging(),
             "bootstrap.servers": bootstrap_servers,
@@ -89,8 +96,8 @@ class KafkaSink:
 
         for index, batch in enumerate(batches):
             size = len(batch.body) + len(batch.group_key.encode()) + len("batch_id") + len(batch.batch_id)
-            if size > self.max_message_bytes:
-                errors[index] = f"kafka message of {size} bytes is over the {self.max_message_bytes}-byte limit"
+            if size > self.record_limit:
+                errors[index] = f"kafka message of {size} bytes is over the {self.record_limit}-byte limit"
                 continue
             send = functools.partial(
                 self._producer.produce, self.topic, key=batch.group_key.encode(), value=batch.body,

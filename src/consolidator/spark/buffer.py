@@ -107,7 +107,7 @@ class PendingBuffer:
                 wake = min(wake, min(newest) + policy.ttl_ms + 1)
         return max(due, wake)
 
-    def plan(self, now_ms: int, policy: Policy) -> GroupPlan[Member]:
+    def plan(self, now_ms: int, policy: Policy, tracked: bool = False) -> GroupPlan[Member]:
         """:func:`plan_group` at ``now_ms``: claimed and expired rows leave the buffer, the rate
         state moves on."""
         if not self.rows:
@@ -118,7 +118,7 @@ class PendingBuffer:
         # the flush's byte cap and int64 sums: a claim split into batches that fit
         plan = dataclasses.replace(plan, claims=[
             Claim(claim.reason, rows, claim.held_back_ms) for claim in plan.claims
-            for _, rows in fit_claims(self.group_key, [(claim.reason, claim.rows)], now_ms, policy)])
+            for _, rows in fit_claims(self.group_key, [(claim.reason, claim.rows)], now_ms, policy, tracked)])
         self.rate, self.throttled_until_ms = plan.rate, plan.throttled_until_ms
         if plan.claims or plan.expired:
             self.rows = {keys[m.position]: m for m in plan.remaining}

@@ -25,10 +25,11 @@ from typing import Annotated
 
 import typer
 
-from consolidator.cli.base import MARKUP_MODE, as_setting, bounded
+from consolidator.options import MARKUP_MODE, as_setting, bounded
 from consolidator.redact import masked
 from consolidator.spark.cli_options import (
     _SETTING,
+    AggregateOpt,
     DebounceOpt,
     GroupField,
     HardOpt,
@@ -37,6 +38,7 @@ from consolidator.spark.cli_options import (
     KafkaOpts,
     MasterOpt,
     MaxBytes,
+    PayloadOpt,
     QuantityField,
     RateBatchesOpt,
     RatePeriodOpt,
@@ -87,6 +89,8 @@ def stream(
     items_field: ItemsField = None,
     sku_field: SkuField = None,
     quantity_field: QuantityField = None,
+    aggregate: AggregateOpt = None,
+    member_payload: PayloadOpt = None,
     max_event_bytes: MaxBytes = None,
     master: MasterOpt = None,
     max_batch_bytes: Annotated[int | None, typer.Option(
@@ -133,7 +137,7 @@ def stream(
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
         tracking_database_url=s.completion_database_url,
         tracking_database_secret_arn=s.completion_database_secret_arn, state_shards=state_shards,
-        input_path=input_path, input_format=input_format,
+        input_path=input_path, input_format=input_format, values=s.value_format_spec(),
     )
     from consolidator.spark.stop import SignalStop
 
@@ -236,6 +240,8 @@ def replay(
     items_field: ItemsField = None,
     sku_field: SkuField = None,
     quantity_field: QuantityField = None,
+    aggregate: AggregateOpt = None,
+    member_payload: PayloadOpt = None,
     max_event_bytes: MaxBytes = None,
     max_p95_seconds: Annotated[float | None, typer.Option(
         "--max-p95-seconds", parser=_max_p95,
@@ -280,7 +286,8 @@ def replay(
                                      options=options).load())
     else:
         frame = read_record_files(spark, input_path, input_format)
-    result = run_replay(frame, policies, settings.field_names(), settings.max_event_bytes).persist()
+    result = run_replay(frame, policies, settings.field_names(), settings.max_event_bytes,
+                        settings.value_format_spec()).persist()
     try:
         write_outputs(result, str(out))
         figures = compute_figures(result, policies)

@@ -9,7 +9,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from consolidator.cli.base import as_setting, bounded
+from consolidator.options import as_setting, bounded
 
 _SETTING = "Default: $CONSOLIDATOR_{}, else the settings' default."
 DebounceOpt = Annotated[float | None, typer.Option("--debounce-seconds", parser=as_setting("debounce_seconds"), help=_SETTING.format("DEBOUNCE_SECONDS"))]
@@ -28,7 +28,12 @@ ItemField = Annotated[str | None, typer.Option("--item-id-field", help=_SETTING.
 ItemsField = Annotated[str | None, typer.Option("--items-field", help=_SETTING.format("ITEMS_FIELD"))]
 SkuField = Annotated[str | None, typer.Option("--sku-field", help=_SETTING.format("SKU_FIELD"))]
 QuantityField = Annotated[str | None, typer.Option("--quantity-field", help=_SETTING.format("QUANTITY_FIELD"))]
-MaxBytes = Annotated[int | None, typer.Option("--max-event-bytes", parser=as_setting("max_event_bytes"), help=_SETTING.format("MAX_EVENT_BYTES"))]
+AggregateOpt = Annotated[str | None, typer.Option(
+    "--aggregate", help="The batch's outputs: JSON list inline or a file path. " + _SETTING.format("AGGREGATE"))]
+PayloadOpt = Annotated[str | None, typer.Option(
+    "--member-payload", help="none, full or a JSON list of paths. " + _SETTING.format("MEMBER_PAYLOAD"))]
+MaxBytes = Annotated[int | None, typer.Option("--max-event-bytes", parser=as_setting("max_event_bytes"),
+                                              help=_SETTING.format("MAX_EVENT_BYTES"))]
 RateBatchesOpt = Annotated[int | None, typer.Option(
     "--rate-limit-batches", parser=as_setting("rate_limit_batches"), help="Batches per group per period; 0: none. " + _SETTING.format("RATE_LIMIT_BATCHES"))]
 RatePeriodOpt = Annotated[float | None, typer.Option(

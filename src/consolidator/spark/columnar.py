@@ -29,15 +29,17 @@ import pyarrow.compute as pc
 from consolidator.batch import iso_ms
 from consolidator.events import MAX_QUANTITY, SourcePosition
 from consolidator.policy import FlushReason, Policy
+from consolidator.shape import EventView, stored_items
 from consolidator.spark.buffer import BufferedEvent
 
 _ID_HEAD = b"consolidator-batch-v25:batch"  # batch.batch_id's version and kind fields
 
 
 def is_plain(policy: Policy) -> bool:
-    """The columnar path models this policy (no rate limit, TTL or byte cap)."""
+    """The columnar path models this policy (no rate limit, TTL, byte cap or generic shape: it
+    writes the version 1 message itself)."""
     return (policy.rate_limit is None and not policy.rate_overrides and not policy.ttl_ms
-            and policy.max_batch_bytes is None)
+            and policy.max_batch_bytes is None and policy.shape is None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +146,11 @@ BATCH_SCHEMA = pa.schema([
 _REASONS = pa.array([str(FlushReason.IDLE), str(FlushReason.HARD_WINDOW)])  # indexed by "hard"
 
 
-def parse_items(text: str) -> tuple[tuple[str, int], ...]:
-    """The ``items`` column (JSON ``[[sku, quantity], ...]``) as the event's tuple."""
+def parse_items(text: str) -> tuple[tuple[str, int], ...] | EventView:
+    """The ``items`` column (JSON ``[[sku, quantity], ...]``) as the event's tuple; what a
+    generic shape keeps (``{"event": ...}``) as its :class:`~consolidator.shape.EventView`."""
+    if text.startswith("{"):
+        return stored_items(text)
     pairs = orjson.loads(text)
     if any(type(quantity) is not int for _, quantity in pairs):  # orjson reads an integer beyond
         pairs = json.loads(text)  # 64 bits as a float: the standard library keeps it exact

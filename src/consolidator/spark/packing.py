@@ -20,11 +20,10 @@ import numpy as np
 import pyarrow as pa
 
 from consolidator.events import FieldNames
-from consolidator.spark.shards import POISON_SHARD
+from consolidator.spark.shards import POISON_GROUP, POISON_SHARD
 
 #: Input rows of the stateful step (:func:`pack`).
 PACKED_SCHEMA = "shard int, records binary"
-POISON_GROUP = ""  # group column of poison records: valid group keys are never empty
 #: The records in a :func:`pack` blob (the decoded records' columns).
 RECORD_COLUMNS = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp_ms", pa.int64()),
@@ -82,7 +81,7 @@ def shard_of(group_key: str, shards: int) -> int:
     return xxhash64(group_key.encode()) % shards
 
 
-def pack(batches: Iterable, *, names: FieldNames, max_event_bytes: int, shards: int):
+def pack(batches: Iterable, *, names: FieldNames, max_event_bytes: int, shards: int, values=None):
     """``mapInArrow`` step before the shuffle. Input: records with the JVM fast path's columns
     (``group_key``, ``item_id``, ``items``) and ``shard`` where it proved the value valid, else
     ``shard`` null and the record's ``value`` (and ``key``). Those are decoded here by
@@ -90,14 +89,15 @@ def pack(batches: Iterable, *, names: FieldNames, max_event_bytes: int, shards: 
     group's shard, poison in :data:`POISON_SHARD`. Output: one row per shard present and input
     Arrow batch (:data:`PACKED_SCHEMA`), the shard's records (:data:`RECORD_COLUMNS`) as one
     Arrow IPC stream. ``transformWithStateInPandas`` turns each of its input rows into a Python
-    tuple and back into pandas: rows, not bytes, are what it costs."""
+    tuple and back into pandas: rows, not bytes, are what it costs. ``values``: the records'
+    :class:`~consolidator.formats.ValueFormat` (None: JSON)."""
     for batch in batches:
         if batch.num_rows == 0:
             continue
         columns = {name: batch.column(name) for name in batch.schema.names}
         shard = columns.pop("shard")
         if shard.null_count:
-            shard, columns = _decode_rest(shard, columns, names, max_event_bytes, shards)
+            shard, columns = _decode_rest(shard, columns, names, max_event_bytes, shards, values)
         else:
             shard = shard.to_numpy()
         records = pa.RecordBatch.from_arrays(
@@ -116,7 +116,7 @@ def pack(batches: Iterable, *, names: FieldNames, max_event_bytes: int, shards: 
                                          names=["shard", "records"])
 
 
-def _decode_rest(shard, columns: dict, names: FieldNames, max_event_bytes: int, shards: int):
+def _decode_rest(shard, columns: dict, names: FieldNames, max_event_bytes: int, shards: int, values=None):
     """Shards (numpy) and decoded columns once ``events.decode`` did the records without a shard."""
     from consolidator.spark.transforms import decode_value  # imports pyspark: only where needed
 
@@ -124,17 +124,17 @@ def _decode_rest(shard, columns: dict, names: FieldNames, max_event_bytes: int, 
     shard = shard.fill_null(0).to_numpy().astype(np.int64)
     decoded = {name: columns[name].to_pylist() for name in ("group_key", "item_id", "items")}
     decoded |= {"poison_reason": [None] * len(shard), "poison_detail": [None] * len(shard)}
-    values, keys = columns["value"].to_pylist(), columns["key"].to_pylist()
+    raw, keys = columns["value"].to_pylist(), columns["key"].to_pylist()
     for i in todo:
-        result = decode_value(values[i] or b"", names, max_event_bytes)
+        result = decode_value(raw[i] or b"", names, max_event_bytes, values)
         for name in decoded:
             decoded[name][i] = result.get(name)
         poison = result["group_key"] == POISON_GROUP
         shard[i] = POISON_SHARD if poison else shard_of(result["group_key"], shards)
         if not poison:
-            values[i] = keys[i] = None  # only a dead-letter entry needs them
+            raw[i] = keys[i] = None  # only a dead-letter entry needs them
     columns = {**columns, **{name: pa.array(v, pa.string()) for name, v in decoded.items()},
-               "value": pa.array(values, pa.binary()), "key": pa.array(keys, pa.binary())}
+               "value": pa.array(raw, pa.binary()), "key": pa.array(keys, pa.binary())}
     return shard, columns
 
 

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from consolidator.batch import Member, fit_claims
 from consolidator.events import SourcePosition, bucket_of
 from consolidator.policy import Claim, GroupPlan, Policy, plan_group
+from consolidator.shape import EventView, stored_text
 from consolidator.spark.buffer import RowKey
 from consolidator.spark.columnar import parse_items
 
@@ -145,7 +146,7 @@ class PendingTable:
                 np.minimum.reduceat(_column(self.table, "first_seen_ms"), starts),
                 np.maximum.reduceat(_column(self.table, "last_update_ms"), starts))
 
-    def plan_due(self, now_ms: int, policy: Policy) -> list[tuple[str, GroupPlan[Member]]]:
+    def plan_due(self, now_ms: int, policy: Policy, tracked: bool = False) -> list[tuple[str, GroupPlan[Member]]]:
         """:func:`plan_group` at ``now_ms`` for every due group; claimed rows leave the table.
         Returns the plans that claim something."""
         if len(self) == 0:
@@ -160,7 +161,7 @@ class PendingTable:
             plan = plan_group(keys[g], members, now_ms, policy)
             plan = dataclasses.replace(plan, claims=[  # split where a sum would pass int64 (batch.fitting_prefix)
                 Claim(claim.reason, rows, claim.held_back_ms) for claim in plan.claims
-                for _, rows in fit_claims(keys[g], [(claim.reason, claim.rows)], now_ms, policy)])
+                for _, rows in fit_claims(keys[g], [(claim.reason, claim.rows)], now_ms, policy, tracked)])
             if plan.claims:
                 row_of = {m.position: first + i for i, m in enumerate(members)}
                 claimed += [row_of[m.position] for claim in plan.claims for m in claim.rows]
@@ -195,7 +196,8 @@ class PendingTable:
         for group, (bucket, item), m in rows:
             for name, value in zip(SCHEMA.names, (
                     group, bucket, item, m.position.topic, m.position.partition, m.position.offset,
-                    json.dumps([list(i) for i in m.items], separators=(",", ":"), ensure_ascii=False),
+                    stored_text(m.items) if isinstance(m.items, EventView)
+                    else json.dumps([list(i) for i in m.items], separators=(",", ":"), ensure_ascii=False),
                     m.first_seen_ms, m.last_update_ms, m.merged_events, m.record_ts_ms), strict=True):
                 columns[name].append(value)
         table = pa.table(columns, schema=SCHEMA)

@@ -14,6 +14,7 @@ inside a group are no-ops, as in the buffer's position ledger.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from consolidator.batch import Member, build_message, encode, fit_claims
-from consolidator.deadletter import expired_entry, poison_entry
 from consolidator.events import (
     FieldNames,
     KafkaRecord,
@@ -39,6 +39,7 @@ from consolidator.policy import (
     next_tick_ms,
     plan_batches,
 )
+from consolidator.sinks.deadletter import expired_entry, poison_entry
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
 
 
@@ -133,7 +134,7 @@ def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Poli
         expired.extend(expired_entry(group_key, m, tick, tick) for m in plan.expired)
         for claim in plan.claims:
             message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=tick,
-                                    held_back_ms=claim.held_back_ms)
+                                    held_back_ms=claim.held_back_ms, shape=policy.shape)
             batches.append(ReplayBatch(group_key, claim.reason, tick, tuple(claim.rows), message,
                                        claim.held_back_ms))
     return GroupReplay(batches, len(ordered), replayed, expired)
@@ -198,7 +199,7 @@ def simulate_group_fast(group_key: str, events: Sequence[BufferedEvent], policy:
             oldest = min((m.first_seen_ms for m in remaining), default=0)
             newest = max((m.last_update_ms for m in remaining), default=0)
         for reason, members in claims:
-            message = build_message(group_key, members, reason, flushed_at_ms=tick)
+            message = build_message(group_key, members, reason, flushed_at_ms=tick, shape=policy.shape)
             batches.append(ReplayBatch(group_key, reason, tick, tuple(members), message))
     return GroupReplay(batches, count, replayed)
 
@@ -319,13 +320,14 @@ DEFAULT_NAMES = FieldNames()
 
 
 def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFAULT_NAMES,
-           max_event_bytes: int = 262_144):
+           max_event_bytes: int = 262_144, values=None):
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`) -> one frame of batches,
     dead letters and per-group summaries (:data:`OUTPUT_SCHEMA`) for every policy at once.
 
     Records are decoded by :func:`consolidator.spark.transforms.decode` (Spark's string functions
     where they provably agree with ``events.decode``, ``events.decode`` for the rest), shuffled
-    once by group key, and each group simulated under each policy."""
+    once by group key, and each group simulated under each policy. ``values``: the records'
+    :class:`~consolidator.formats.ValueFormat` (None: JSON), decoded in Python."""
     from pyspark.sql import functions as F
 
     from consolidator.spark.transforms import POISON_GROUP, decode
@@ -335,7 +337,9 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFA
     names_seen = [p.name for p in policies]
     if len(set(names_seen)) != len(names_seen):
         raise ValueError(f"policy names must be unique: {names_seen}")
-    frame = decode(records_df, names, max_event_bytes)
+    # the messages' shape is the decoder's: every policy of the grid builds them with it
+    policies = [dataclasses.replace(p, policy=dataclasses.replace(p.policy, shape=names.shape)) for p in policies]
+    frame = decode(records_df, names, max_event_bytes, values=values)
     poison = F.col("group_key") == POISON_GROUP
     needed = frame.select("group_key", "timestamp_ms", "topic", "partition", "offset", "item_id", "items",
                           F.when(poison, F.col("key")).alias("key"), "value", "poison_reason", "poison_detail")

@@ -26,13 +26,16 @@ import orjson
 from consolidator.batch import Member
 from consolidator.events import SourcePosition
 from consolidator.policy import GroupPlan, Policy, RateState
+from consolidator.shape import EventView, stored_text
 from consolidator.spark.buffer import PendingBuffer, RowKey
+from consolidator.spark.columnar import parse_items
 
 #: State keys per streaming query. At least the shuffle partitions of the stateful stage (a
 #: shard is never split across tasks); more shards mean smaller values to rewrite, fewer mean
 #: fewer Python calls and round trips per micro-batch.
 DEFAULT_SHARDS = 16
 POISON_SHARD = -1  # state key of poison records: dead letters, no state
+POISON_GROUP = ""  # group column of poison records: valid group keys are never empty
 
 
 class ShardMismatch(RuntimeError):
@@ -41,14 +44,15 @@ class ShardMismatch(RuntimeError):
 
 def _rows(buffer: PendingBuffer) -> list:
     return [[bucket, item_id, m.position.topic, m.position.partition, m.position.offset,
-             [list(i) for i in m.items], m.first_seen_ms, m.last_update_ms, m.merged_events, m.record_ts_ms]
+             stored_text(m.items) if isinstance(m.items, EventView) else [list(i) for i in m.items], m.first_seen_ms, m.last_update_ms, m.merged_events, m.record_ts_ms]
             for (bucket, item_id), m in buffer.rows.items()]
 
 
 def _buffer(group_key: str, entry: list) -> PendingBuffer:
     _, rows, recent, since, until = entry
     members = [((bucket, item_id), Member(SourcePosition(topic, partition, offset), item_id,
-                                           tuple((sku, quantity) for sku, quantity in items),
+                                           parse_items(items) if isinstance(items, str)
+                                           else tuple((sku, quantity) for sku, quantity in items),
                                            first, last, merged, record_ts))
                for bucket, item_id, topic, partition, offset, items, first, last, merged, record_ts in rows]
     return PendingBuffer.restore(group_key, members, RateState(tuple(recent), since), until)
@@ -108,13 +112,14 @@ class Shard:
             self._open[group_key] = buffer
         return buffer
 
-    def plan_due(self, now_ms: int, policy: Policy) -> Iterator[tuple[str, GroupPlan[Member]]]:
+    def plan_due(self, now_ms: int, policy: Policy, tracked: bool = False) -> Iterator[tuple[str, GroupPlan[Member]]]:
         """:meth:`PendingBuffer.plan` at ``now_ms`` for every touched group and every group due
-        by ``now_ms``; yields the plans that claim or expire something."""
+        by ``now_ms``; yields the plans that claim or expire something (``tracked``: the
+        messages carry the tracking fields, counted under the byte cap)."""
         for group_key in [g for g, entry in self._entries.items() if entry[0] is not None and entry[0] <= now_ms]:
             self.buffer(group_key)
         for group_key, buffer in self._open.items():
-            plan = buffer.plan(now_ms, policy)
+            plan = buffer.plan(now_ms, policy, tracked)
             if plan.claims or plan.expired:
                 yield group_key, plan
 

@@ -29,6 +29,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -36,10 +37,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from consolidator.batch import build_message, encode
-from consolidator.deadletter import expired_entry, poison_entry
 from consolidator.errors import DeliveryError
 from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
 from consolidator.policy import Policy
+from consolidator.sinks.deadletter import expired_entry, poison_entry
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
 from consolidator.spark.columnar import is_plain, parse_items
 from consolidator.spark.packing import PACKED_SCHEMA, pack, unpack
@@ -122,13 +123,14 @@ def _processor_class():
 
         def _flush(self, shard: PendingTable | Shard, now_ms: int) -> list[tuple]:
             out = []
-            for group_key, plan in shard.plan_due(now_ms, self.policy):
+            for group_key, plan in shard.plan_due(now_ms, self.policy, self.ack_key is not None):
                 for member in plan.expired:  # to the dead-letter destination, like the Lambda path's expiry
                     entry = expired_entry(group_key, member, now_ms, now_ms)
                     out.append((EXPIRED, group_key, None, "expired", json.dumps(entry, sort_keys=True)))
                 for claim in plan.claims:
                     message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=now_ms,
-                                            ack_key=self.ack_key, held_back_ms=claim.held_back_ms)
+                                            ack_key=self.ack_key, held_back_ms=claim.held_back_ms,
+                                            shape=self.policy.shape)
                     out.append((BATCH, group_key, message["batch_id"], str(claim.reason),
                                 encode(message).decode()))
             return out
@@ -199,26 +201,29 @@ def _dead_letters(records, now_ms: int) -> list[tuple]:
 
 
 def aggregate(records_df, policy: Policy, names: FieldNames = DEFAULT_NAMES, max_event_bytes: int = 262_144,
-              ack_key: bytes | None = None, shards: int = DEFAULT_SHARDS):
+              ack_key: bytes | None = None, shards: int = DEFAULT_SHARDS, values=None):
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`, streaming) -> batches and
     dead letters (:data:`OUTPUT_SCHEMA`); ``ack_key``: batch messages for completion tracking
     (the trackers' database's ack key: each message carries its batch's ack token).
     State is keyed by shard of the group key (``shards`` of them, fixed for a checkpoint, see
-    :mod:`consolidator.spark.shards`); poison records go to their own key, without state."""
-    return by_shard(records_df, names, max_event_bytes, shards).transformWithStateInPandas(
+    :mod:`consolidator.spark.shards`); poison records go to their own key, without state.
+    ``values``: the records' :class:`~consolidator.formats.ValueFormat` (None: JSON)."""
+    policy = dataclasses.replace(policy, shape=names.shape)  # the messages' shape is the decoder's
+    return by_shard(records_df, names, max_event_bytes, shards, values).transformWithStateInPandas(
         statefulProcessor=_processor_class()(policy, shards, ack_key), outputStructType=OUTPUT_SCHEMA,
         outputMode="Append", timeMode="ProcessingTime")
 
 
-def by_shard(records_df, names: FieldNames, max_event_bytes: int, shards: int):
+def by_shard(records_df, names: FieldNames, max_event_bytes: int, shards: int, values=None):
     """The stateful step's input: :func:`packed_records` grouped by shard."""
-    return packed_records(records_df, names, max_event_bytes, shards).groupBy("shard")
+    return packed_records(records_df, names, max_event_bytes, shards, values).groupBy("shard")
 
 
-def packed_records(records_df, names: FieldNames, max_event_bytes: int, shards: int):
+def packed_records(records_df, names: FieldNames, max_event_bytes: int, shards: int, values=None):
     """Each record decoded (Spark's string functions where they prove the value valid, else
-    ``events.decode`` in :func:`pack`), then packed per shard of its group key, poison records
-    in :data:`POISON_SHARD` (:data:`PACKED_SCHEMA`)."""
+    ``events.decode`` in :func:`pack`; values in a registry format (``values``) all in
+    :func:`pack`), then packed per shard of its group key, poison records in
+    :data:`POISON_SHARD` (:data:`PACKED_SCHEMA`)."""
     from pyspark.sql import functions as F
 
     from consolidator.spark.transforms import RECORD_SCHEMA, fast_decode, fast_schema, not_proven
@@ -226,7 +231,8 @@ def packed_records(records_df, names: FieldNames, max_event_bytes: int, shards: 
     if shards < 1:
         raise ValueError(f"shards must be >= 1, not {shards}")
     schema = fast_schema(names)
-    fast = fast_decode(F.col("value"), schema, max_event_bytes) if schema is not None else not_proven()
+    proven = schema is not None and values is None
+    fast = fast_decode(F.col("value"), schema, max_event_bytes) if proven else not_proven()
     ok = F.col("_fast.ok")
     staged = records_df.select(*RECORD_SCHEMA.fieldNames(), fast.alias("_fast")).select(
         "topic", "partition", "offset", "timestamp_ms",
@@ -234,7 +240,7 @@ def packed_records(records_df, names: FieldNames, max_event_bytes: int, shards: 
         F.when(~ok, F.col("key")).alias("key"), F.when(~ok, F.col("value")).alias("value"),
         *(F.when(ok, F.col(f"_fast.{n}")).alias(n) for n in ("group_key", "item_id", "items")),
         F.when(ok, F.pmod(F.xxhash64(F.col("_fast.group_key")), F.lit(shards)).cast("int")).alias("shard"))
-    packing = functools.partial(pack, names=names, max_event_bytes=max_event_bytes, shards=shards)
+    packing = functools.partial(pack, names=names, max_event_bytes=max_event_bytes, shards=shards, values=values)
     return staged.mapInArrow(packing, PACKED_SCHEMA)
 
 
@@ -262,8 +268,8 @@ def deliver_partition(rows: Iterable, *, sink_url: str, dead_letter_url: str, ep
     :func:`consolidator.store.open_store`: the secret gives the credentials, read by the executor
     from Secrets Manager, so no password travels in the job's arguments) before it is published,
     so an ack never finds its batch unknown."""
-    from consolidator.deadletter import dead_letter_from_url
     from consolidator.sinks import OutgoingBatch, sink_from_url
+    from consolidator.sinks.deadletter import dead_letter_from_url
 
     batches: list = []
     dead: list[dict] = []
@@ -315,7 +321,7 @@ def _seal(database_url: str | None, secret_arn: str | None, batches: list, epoch
 @dataclass
 class BatchWriter:
     """``foreachBatch`` sink: batches to ``sink_url`` (any :func:`consolidator.sinks.sink_from_url`
-    URL), dead letters to ``dead_letter_url`` (:func:`consolidator.deadletter.dead_letter_from_url`),
+    URL), dead letters to ``dead_letter_url`` (:func:`consolidator.sinks.deadletter.dead_letter_from_url`),
     each partition from its executor (:func:`deliver_partition`): nothing goes through the driver.
     Returns only when every partition confirmed every write; otherwise the micro-batch fails, is
     not committed and runs again on restart (at least once; consumers dedupe on ``batch_id``).
@@ -368,6 +374,7 @@ class StreamConfig:
     state_shards: int = DEFAULT_SHARDS  # state keys (fixed for a checkpoint, see consolidator.spark.shards)
     input_path: str | None = None  # a local file source instead of Kafka: a directory of record files
     input_format: str = "json"  # of input_path: json (the replay's JSON lines) or parquet
+    values: object = None  # the records' consolidator.formats.ValueFormat; None: JSON
 
     @property
     def tracked(self) -> bool:
@@ -398,7 +405,7 @@ def start(spark, config: StreamConfig, writer=None):
         finally:
             store.close()
     output = aggregate(frame, config.policy, config.names, config.max_event_bytes,
-                       ack_key=ack_key, shards=config.state_shards)
+                       ack_key=ack_key, shards=config.state_shards, values=config.values)
     return (output.writeStream.queryName("consolidator-aggregator")
             .foreachBatch(writer or BatchWriter(
                 config.sink_url, config.dead_letter_url, tracking_database_url=config.tracking_database_url,

@@ -3,7 +3,9 @@
 Every source (Spark's ``kafka`` format, the confluent-kafka Python data source, JSON lines,
 Parquet) is first brought to :data:`RECORD_SCHEMA` by :func:`records`; :func:`decode` then
 decodes in the JVM what it can prove valid and hands the rest to :func:`consolidator.events.decode`,
-so results (group keys, items, poison reasons) are exactly the Lambda path's.
+so results (group keys, items, poison reasons) are exactly the Lambda path's. Values in a
+registry format (:mod:`consolidator.formats`) are all decoded in Python, by the Lambda path's
+own :func:`consolidator.formats.decode_event`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from consolidator.events import MAX_KEY_CHARS, MAX_QUANTITY, FieldNames, KafkaRecord, PoisonEvent
-from consolidator.events import decode as decode_record
-from consolidator.spark.packing import POISON_GROUP
+from consolidator.formats import ValueFormat, decode_event
+from consolidator.shape import EventView, stored_text
+from consolidator.spark.shards import POISON_GROUP
 
 #: The columns every source yields (Spark's own Kafka source has these names and types).
 SOURCE_SCHEMA = T.StructType([
@@ -41,7 +44,7 @@ DECODED_SCHEMA = T.StructType([
     *RECORD_SCHEMA.fields,
     T.StructField("group_key", T.StringType(), False),
     T.StructField("item_id", T.StringType(), True),
-    T.StructField("items", T.StringType(), True),  # JSON [[sku, quantity], ...]
+    T.StructField("items", T.StringType(), True),  # JSON [[sku, quantity], ...], or {"event": ...} (shape.stored_text)
     T.StructField("poison_reason", T.StringType(), True),
     T.StructField("poison_detail", T.StringType(), True),
 ])
@@ -122,10 +125,11 @@ def read_record_stream(spark: SparkSession, path: str, fmt: str = "json") -> Dat
 
 
 def fast_schema(names: FieldNames) -> T.StructType | None:
-    """The fields the fast path reads, in the order it expects them (None: names collide, or one
-    needs an escape in JSON)."""
+    """The fields the fast path reads, in the order it expects them (None: names collide, one
+    needs an escape in JSON, or a generic event shape is configured: it keeps what it reads of
+    each event, which only ``events.decode`` knows)."""
     fields = (names.group_key, names.item_id, names.items, names.sku, names.quantity)
-    if len(set(fields[:3])) < 3 or names.sku == names.quantity or any(_JSON_ESCAPED.search(f) for f in fields):
+    if names.shape is not None or len(set(fields[:3])) < 3 or names.sku == names.quantity or any(_JSON_ESCAPED.search(f) for f in fields):
         return None
     item = T.StructType([T.StructField(names.sku, T.StringType()), T.StructField(names.quantity, T.LongType())])
     return T.StructType([T.StructField(names.group_key, T.StringType()),
@@ -208,18 +212,24 @@ def not_proven() -> Column:
 _FALLBACK_TYPE = "group_key string, item_id string, items string, poison_reason string, poison_detail string"
 
 
-def decode_value(value: bytes, names: FieldNames, max_event_bytes: int) -> dict[str, str]:
-    """``events.decode`` of one value as the decoded columns: ``group_key``, ``item_id`` and
-    ``items`` (JSON), or, for poison, :data:`POISON_GROUP` with ``poison_reason`` and ``poison_detail``."""
+def decode_value(value: bytes, names: FieldNames, max_event_bytes: int,
+                 values: ValueFormat | None = None) -> dict[str, str]:
+    """``events.decode`` of one value (in ``values``' format, None: JSON) as the decoded columns:
+    ``group_key``, ``item_id`` and ``items`` (JSON), or, for poison, :data:`POISON_GROUP` with
+    ``poison_reason`` and ``poison_detail``. A registry that cannot answer raises
+    :class:`~consolidator.formats.RegistryUnavailable`: the task fails and Spark retries it (a
+    dependency failure is never a dead letter)."""
+    decoder = None if values is None else values.shared_decoder()
     try:
-        event = decode_record(KafkaRecord("", 0, 0, 0, None, value), names, max_event_bytes)
+        event = decode_event(decoder, KafkaRecord("", 0, 0, 0, None, value), names, max_event_bytes)
     except PoisonEvent as poison:
         return {"group_key": POISON_GROUP, "poison_reason": str(poison.reason), "poison_detail": poison.detail}
-    return {"group_key": event.group_key, "item_id": event.item_id,
-            "items": json.dumps(event.items, separators=(",", ":"), ensure_ascii=False)}
+    items = (stored_text(event.items) if isinstance(event.items, EventView)
+             else json.dumps(event.items, separators=(",", ":"), ensure_ascii=False))
+    return {"group_key": event.group_key, "item_id": event.item_id, "items": items}
 
 
-def _fallback(names: FieldNames, max_event_bytes: int):
+def _fallback(names: FieldNames, max_event_bytes: int, values: ValueFormat | None = None):
     """Arrow UDF: ``events.decode`` on the non-null values (the records the fast path left);
     nulls elsewhere. Poison gets :data:`POISON_GROUP` and its reason and detail."""
     import pyarrow as pa
@@ -235,7 +245,7 @@ def _fallback(names: FieldNames, max_event_bytes: int):
             return pa.nulls(count, out_type)
         rows: list[dict | None] = [None] * count
         for index in todo:
-            rows[index] = decode_value(value[index].as_py(), names, max_event_bytes)
+            rows[index] = decode_value(value[index].as_py(), names, max_event_bytes, values)
         return pa.array(rows, out_type)
 
     fallback.__annotations__ = {"value": pa.Array, "return": pa.Array}  # resolved here, not as strings
@@ -259,23 +269,24 @@ def _as_pandas_udf(fallback, out_type):
     return F.pandas_udf(fallback_pandas, _FALLBACK_TYPE)
 
 
-def decode(df: DataFrame, names: FieldNames, max_event_bytes: int, fast_path: bool = True) -> DataFrame:
+def decode(df: DataFrame, names: FieldNames, max_event_bytes: int, fast_path: bool = True,
+           values: ValueFormat | None = None) -> DataFrame:
     """:data:`RECORD_SCHEMA` -> :data:`DECODED_SCHEMA` with exactly the Lambda path's results.
 
     Spark's own functions decode every value they can prove ``events.decode`` accepts with the
     same group key, item id and items (the fast path, see :func:`fast_decode`); every other value
     (poison, other JSON layouts) goes to ``events.decode`` in an
     Arrow UDF, so poison reasons and details are the Lambda path's own. ``fast_path=False``
-    decodes everything in Python."""
+    decodes everything in Python, and so does a registry format (``values``)."""
     fields = RECORD_SCHEMA.fieldNames()
     schema = fast_schema(names)
-    if fast_path and schema is not None:
+    if fast_path and schema is not None and values is None:
         fast = fast_decode(F.col("value"), schema, max_event_bytes)
     else:
         fast = not_proven()
     staged = df.select(*fields, fast.alias("_fast"))
     ok = F.col("_fast.ok")
-    slow = _fallback(names, max_event_bytes)(F.when(~ok, F.coalesce(F.col("value"), F.lit(b""))))
+    slow = _fallback(names, max_event_bytes, values)(F.when(~ok, F.coalesce(F.col("value"), F.lit(b""))))
     staged = staged.select(*fields, "_fast", slow.alias("_slow"))
     poison = ~ok & (F.col("_slow.group_key") == POISON_GROUP)
     return staged.select(

@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from consolidator.errors import StoreRefused, StoreUnavailable
 from consolidator.store.mysql import ConnectionParams, MySQLStore
+from consolidator.store.schema import SCHEMA_VERSION
 
 
 def _secret_reader(database_secret_arn: str):
@@ -35,21 +36,26 @@ def read_database_secret(database_secret_arn: str) -> ConnectionParams:
     return _secret_reader(database_secret_arn)()
 
 
-def open_store(database_url: str | None, database_secret_arn: str | None = None) -> MySQLStore:
-    """A store for the configured database.
+def open_store(database_url: str | None, database_secret_arn: str | None = None, *,
+               migrating: bool = False) -> MySQLStore:
+    """A store for the configured database. It requires the current schema
+    (:data:`~consolidator.store.schema.SCHEMA_VERSION`): every new connection checks it first and
+    raises :class:`~consolidator.errors.SchemaOutdated` on an older one, unless ``migrating``
+    (``db migrate`` and the migrate function, which bring it there).
 
     - a URL with a user name: everything from the URL (the secret, if any, is not used);
     - a secret ARN: everything from the secret, TLS verified against the RDS CA bundle;
     - both, the URL without a user name: host, port, database and TLS options from the URL,
       user and password from the secret (e.g. a local or proxied endpoint).
     The secret is re-read when the database rejects its credentials (see ``Connection._open``)."""
+    required = None if migrating else SCHEMA_VERSION
     if database_url and (not database_secret_arn or urlsplit(database_url).username):
-        return MySQLStore(ConnectionParams.from_url(database_url))
+        return MySQLStore(ConnectionParams.from_url(database_url), required_schema=required)
     if not database_secret_arn:
         raise ValueError("a database URL or secret ARN is required")
     read = _secret_reader(database_secret_arn)
     if not database_url:
-        return MySQLStore(read(), credentials=read)
+        return MySQLStore(read(), credentials=read, required_schema=required)
     location = ConnectionParams.from_url(database_url)
 
     def credentials() -> ConnectionParams:
@@ -57,4 +63,4 @@ def open_store(database_url: str | None, database_secret_arn: str | None = None)
         return ConnectionParams(location.host, location.port, secret.user, secret.password,
                                 location.database, location.ssl_ca, location.ssl)
 
-    return MySQLStore(credentials(), credentials=credentials)
+    return MySQLStore(credentials(), credentials=credentials, required_schema=required)

@@ -9,15 +9,17 @@ EXPIRED themselves). Rows marked SENT by a version before schema 7 keep that sta
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
-from consolidator.batch import NO_EPOCHS, Member, batch_id
+from consolidator.batch import NO_EPOCHS, PLAIN, Member, MessageOptions, batch_id
 from consolidator.errors import BatchRowsGone, StoreError
 from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason, RateLimit, RateState
+from consolidator.shape import stored_items
 from consolidator.store.claims import ClaimCursor, next_batch
 from consolidator.store.connection import Connection
 from consolidator.store.epochs import duplicate_id_refused, id_epochs
@@ -46,12 +48,12 @@ _position, _make_member = SourcePosition._make, Member._make
 def _member(row: dict) -> Member:
     return _make_member((
         _position((row["src_topic"], row["src_partition"], row["src_offset"])), row["item_id"],
-        tuple(map(tuple, orjson.loads(row["items"]))), row["first_seen_ms"], row["last_update_ms"],
+        stored_items(row["items"]), row["first_seen_ms"], row["last_update_ms"],
         row["merged_events"], row["record_ts_ms"],
     ))
 
 
-def member_rows(cur, batch_id_: str, member_keys: str | None) -> tuple[Member, ...]:
+def member_rows(cur, batch_id_: str, member_keys: str) -> tuple[Member, ...]:
     """The CLAIMED member rows of a batch, in batch order."""
     members, args = member_condition(batch_id_, member_keys)
     cur.execute(f"SELECT {MEMBER_COLUMNS} FROM buffer_rows WHERE {members} AND status = 'CLAIMED'"
@@ -63,7 +65,7 @@ class BatchStore(Connection):
     def claim(
         self, group_key: str, reason: FlushReason, limit: int, now_ms: int, *,
         max_bytes: int | None = None, rate: RateLimit | None = None, expired_before_ms: int | None = None,
-        cursor: ClaimCursor | None = None, epochs: Mapping[str, int] = NO_EPOCHS,
+        cursor: ClaimCursor | None = None, epochs: Mapping[str, int] = NO_EPOCHS, options: MessageOptions = PLAIN,
     ) -> ClaimedBatch | Throttled | None:
         """Claim up to ``limit`` PENDING rows of the group, oldest first, under one batch id
         derived from their positions. Rows locked by a concurrent claimer are skipped; if any
@@ -79,7 +81,8 @@ class BatchStore(Connection):
         refuses). Rows whose record timestamp is before ``expired_before_ms`` are never claimed
         into a batch (they expire instead). The batch id names the members' topics' ``epochs``
         (:meth:`topic_epochs`); an id some batch already has raises :class:`DuplicateBatchId`
-        and claims nothing."""
+        and claims nothing. ``options``: what the message carries besides its members (shape,
+        tracking); the byte cap counts them, and ``held_back_ms`` at its widest under ``rate``."""
         cursor = cursor or ClaimCursor(group_key, limit)
         if cursor.group_key != group_key:
             raise ValueError(f"a claim cursor of {cursor.group_key!r} cannot claim for {group_key!r}")
@@ -89,20 +92,21 @@ class BatchStore(Connection):
                 if isinstance(gate, Throttled):
                     return gate
                 if rate is None:
-                    return self._claim_rows(cur, cursor, reason, now_ms, expired_before_ms, None, max_bytes, epochs)
+                    return self._claim_rows(cur, cursor, reason, now_ms, expired_before_ms, None, max_bytes, epochs,
+                                            options)
                 if gate is not None:  # a limited claim counts (and is dated) at the rate state's time
                     state, at = gate
                     return self._claim_rows(cur, cursor, reason, at, expired_before_ms, (rate, state), max_bytes,
-                                            epochs)
+                                            epochs, dataclasses.replace(options, rate_limited=True))
             with self.transaction() as cur:  # the group's first limited claim: create its state row
                 ensure_rate_row(cur, group_key, now_ms)
         raise StoreError(f"rate state row of {group_key!r} still missing after it was created")
 
     def _claim_rows(self, cur, cursor: ClaimCursor, reason: FlushReason, now_ms: int,
                     expired_before_ms: int | None, rate: tuple[RateLimit, RateState] | None,
-                    max_bytes: int | None, epochs: Mapping[str, int]) -> ClaimedBatch | None:
+                    max_bytes: int | None, epochs: Mapping[str, int], options: MessageOptions) -> ClaimedBatch | None:
         group_key = cursor.group_key
-        taken = next_batch(cur, cursor, reason, now_ms, max_bytes, expired_before_ms)
+        taken = next_batch(cur, cursor, reason, now_ms, max_bytes, expired_before_ms, options)
         if taken is None:
             return None
         rows, cut = taken

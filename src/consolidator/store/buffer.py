@@ -155,17 +155,14 @@ class BufferStore(Connection):
     def row_counts(self) -> dict[str, int]:
         """Rows per effective state: a CLAIMED row is in its batch's state (CLAIMED, SENT, DEAD).
         One statement (one snapshot): the rows per status, and the CLAIMED rows of the batches
-        still CLAIMED or DEAD (few; found by primary key from the batch rows, or by batch id for
-        a batch claimed before schema 8); the other CLAIMED rows are SENT."""
+        still CLAIMED or DEAD (few; found by primary key from the batch rows); the other CLAIMED
+        rows are SENT."""
         member_of_live = "b.state IN ('CLAIMED', 'DEAD') AND r.status = 'CLAIMED'"
         with self.transaction() as cur:
             cur.execute(
                 "SELECT 'row' AS part, status AS state, COUNT(*) AS n FROM buffer_rows GROUP BY status"
                 f" UNION ALL SELECT 'batch', b.state, COUNT(*) FROM batches b JOIN {keys_table('b')}"
                 f" STRAIGHT_JOIN buffer_rows r ON r.id = k.id AND r.bucket = k.bucket WHERE {member_of_live} GROUP BY b.state"
-                " UNION ALL SELECT 'batch', b.state, COUNT(*) FROM batches b STRAIGHT_JOIN buffer_rows r"
-                " ON r.batch_id = CONVERT(b.batch_id USING ascii)"
-                f" WHERE b.member_keys IS NULL AND {member_of_live} GROUP BY b.state"
             )
             found = [(r["part"], r["state"], int(r["n"])) for r in cur.fetchall()]
         counts = {state: n for part, state, n in found if part == "row"}

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import orjson
 import pymysql
 
-from consolidator.batch import Member, fit_count, int64_prefix, prefix_fits
+from consolidator.batch import PLAIN, Member, MessageOptions, fit_count, int64_prefix, prefix_fits
 from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason
+from consolidator.shape import stored_items
 
 # The claim's hot read (one per row flushed): the numbers in one text field, read by a tuple
 # cursor. The driver decodes each field in Python, so 5 fields instead of 12 halve its work.
@@ -62,7 +62,7 @@ def read_claim_rows(rows: Sequence[tuple]) -> list[ReadRow]:
     for numbers, topic, item_id, items, pos_key in rows:
         id_, bucket, partition, offset, first, last, merged, ts = map(int, numbers.split(" "))
         member = _make_member((_position((topic, partition, offset)), item_id,
-                               tuple(map(tuple, orjson.loads(items))), first, last, merged, ts))
+                               stored_items(items), first, last, merged, ts))
         read.append(ReadRow(f"{id_:d},{bucket:d}", merged, (first, bytes(pos_key)),
                             len(items) + len(item_id) + len(topic) + 64, member))
     return read
@@ -123,7 +123,7 @@ class _Pages:
 
 
 def next_batch(cur, cursor: ClaimCursor, reason: FlushReason, now_ms: int, max_bytes: int | None,
-               expired_before_ms: int | None) -> tuple[list[ReadRow], bool] | None:
+               expired_before_ms: int | None, options: MessageOptions = PLAIN) -> tuple[list[ReadRow], bool] | None:
     """The rows of the claim's next batch (taken off the cursor) and whether rows of the claim
     remain after it (``cut``); None when the group has no PENDING row left to take. Reads with
     a tuple cursor on ``cur``'s connection; locks what it reads until the transaction ends."""
@@ -136,8 +136,8 @@ def next_batch(cur, cursor: ClaimCursor, reason: FlushReason, now_ms: int, max_b
         if max_bytes is None:
             taken = pages.have(cursor.rows_left)
         else:
-            taken = fit_count(prefix_fits(cursor.group_key, members, reason, now_ms, max_bytes), pages.have)
-        taken = int64_prefix(members[:taken]) if taken else 0  # its summed quantities fit int64
+            taken = fit_count(prefix_fits(cursor.group_key, members, reason, now_ms, max_bytes, options), pages.have)
+        taken = int64_prefix(members[:taken], options.shape) if taken else 0  # its summed quantities fit int64
     if not taken:
         return None
     batch, cursor.carry = cursor.carry[:taken], cursor.carry[taken:]

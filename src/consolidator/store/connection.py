@@ -24,7 +24,13 @@ import pymysql.cursors
 from pymysql.constants import COMMAND, SERVER_STATUS
 from pymysql.converters import escape_string
 
-from consolidator.errors import StoreConflict, StoreError, StoreRefused, StoreUnavailable
+from consolidator.errors import (
+    SchemaOutdated,
+    StoreConflict,
+    StoreError,
+    StoreRefused,
+    StoreUnavailable,
+)
 from consolidator.redact import masked
 
 log = logging.getLogger(__name__)
@@ -33,6 +39,7 @@ log = logging.getLogger(__name__)
 _UNAVAILABLE_CODES = {1040, 1049, 1053, 2002, 2003, 2005, 2006, 2013, 2055}
 ACCESS_DENIED = 1045  # wrong user or password: not an outage (see Connection._open)
 _CONFLICT_CODES = {1205, 1213}  # lock wait timeout, deadlock: the transaction was rolled back
+NO_SUCH_TABLE = 1146  # ER_NO_SUCH_TABLE: schema_migrations is missing in a database never migrated
 SSL_NOT_OFFERED = 2026  # CR_SSL_CONNECTION_ERROR: TLS required, the server does not offer it
 RDS_CA_BUNDLE = Path(__file__).with_name("certs") / "rds-ca-bundle.pem"
 URL_OPTIONS = ("ssl", "ssl_ca")  # the query options of a mysql:// URL; any other is refused
@@ -186,10 +193,14 @@ class Connection:
     """One connection, used by one thread at a time. Reconnects after the server went away."""
 
     def __init__(self, params: ConnectionParams, *, connect_timeout: int = 5, local_infile: bool = False,
-                 credentials: Callable[[], ConnectionParams] | None = None):
+                 credentials: Callable[[], ConnectionParams] | None = None, required_schema: int | None = None):
         """``credentials`` re-reads the connection parameters (the database secret) when the
-        server rejects the current ones: see :meth:`_open`."""
+        server rejects the current ones: see :meth:`_open`. ``required_schema``: each new
+        connection first checks that the database's schema is at least that version and raises
+        :class:`SchemaOutdated` otherwise (:meth:`_check_schema`); None (migrations, tests)
+        checks nothing."""
         self.params = params
+        self.required_schema = required_schema
         self._connect_timeout = connect_timeout
         self._local_infile = local_infile
         self._credentials = credentials
@@ -276,6 +287,7 @@ class Connection:
         with self._errors():
             if self._connection is None or not self._connection.open:
                 self._connection = self._open()
+                self._check_schema()
             connection = self._connection
             try:
                 with connection.cursor() as cursor:
@@ -288,6 +300,31 @@ class Connection:
                     except pymysql.err.MySQLError:
                         connection.close()  # the original error below is what matters
                 raise
+
+    def _check_schema(self) -> None:
+        """Refuse a database whose schema is older than ``required_schema``, in one line that says
+        what to run; the connection is closed, so the next transaction checks again."""
+        if self.required_schema is None:
+            return
+        try:
+            with self._connection.cursor() as cur:
+                try:
+                    cur.execute("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
+                    found = int(cur.fetchone()["v"])
+                except pymysql.err.ProgrammingError as exc:
+                    if _code(exc) != NO_SUCH_TABLE:
+                        raise
+                    found = 0
+            self._connection.commit()
+        except BaseException:
+            self.close()  # not checked: the next transaction connects and checks again
+            raise
+        if found < self.required_schema:
+            database = self.params.database
+            self.close()
+            raise SchemaOutdated(f"database {database!r} has schema version {found}; this Consolidator needs"
+                                 f" version {self.required_schema}: run `consolidator db migrate` (in AWS the"
+                                 " migrate function runs it at deploy) and start again")
 
     def close(self) -> None:
         if self._connection is not None and self._connection.open:

@@ -1,12 +1,9 @@
-"""A batch's member rows, found from the batch row (schema 8).
+"""A batch's member rows, found from the batch row (schema 8; every batch since schema 11).
 
 The claim stores the primary keys of the rows it takes on the batch row (``member_keys``, JSON
 ``[[id, bucket], ...]`` in batch order), so every reader goes from a batch to its rows by primary
 key and the claim moves one index entry per row (``ix_status_group``), not two. The rows keep
 their ``batch_id`` (written in place, unindexed) for people reading the table.
-
-A batch claimed by a version before schema 8 (one still running while the migration ran) has no
-keys; its rows are found by ``batch_id``, a scan of the buffer that happens only for such a batch.
 """
 
 from __future__ import annotations
@@ -28,11 +25,9 @@ def keys_table(batches: str = "batches") -> str:
     return _KEYS_TABLE.format(batches=batches)
 
 
-def member_condition(batch_id: str, member_keys: str | None) -> tuple[str, tuple]:
+def member_condition(batch_id: str, member_keys: str) -> tuple[str, tuple]:
     """A ``WHERE`` condition on ``buffer_rows`` (and its arguments) that selects the batch's member
-    rows: by primary key from its keys; by batch id for a batch claimed before schema 8."""
-    if member_keys is None:
-        return "batch_id = %s", (batch_id,)
+    rows, by primary key from its keys."""
     pairs = orjson.loads(member_keys)
     if not pairs:
         return "FALSE", ()

@@ -99,13 +99,13 @@ class PartitionStore(Connection):
         """Delete the ``batches`` rows whose member rows are all gone with their partitions:
         claimed before ``claimed_before_ms``, not CLAIMED, and no member row left (so a DEAD
         batch with live rows, which a redrive can revive, stays). ``chunk`` rows per
-        transaction; returns how many. Batches claimed before schema 8 (no member keys) stay."""
+        transaction; returns how many."""
         removed = 0
         while True:
             with self.transaction() as cur:
                 cur.execute(
                     "SELECT b.batch_id FROM batches b"
-                    " WHERE b.state <> 'CLAIMED' AND b.claimed_at_ms < %s AND b.member_keys IS NOT NULL"
+                    " WHERE b.state <> 'CLAIMED' AND b.claimed_at_ms < %s"
                     f" AND NOT EXISTS (SELECT 1 FROM {keys_table('b')}"
                     "   JOIN buffer_rows r ON r.id = k.id AND r.bucket = k.bucket)"
                     " ORDER BY b.claimed_at_ms, b.batch_id LIMIT %s FOR UPDATE",
@@ -124,18 +124,13 @@ def _unsent(cur, name: str) -> int:
     """The unsent rows of partition ``name``: its PENDING rows (by the status index), and the
     CLAIMED rows of the batches still CLAIMED (few), found from those batches by primary key, so
     the partition's sent rows (CLAIMED rows of SENT batches) are never read. One statement per
-    count: under LOCK TABLES a statement may name a table only once. The last count finds the
-    rows of batches claimed before schema 8 by batch id; it reads the partition only if one is
-    still CLAIMED."""
+    count: under LOCK TABLES a statement may name a table only once."""
     counts = []
     for statement in (
         f"SELECT COUNT(*) AS n FROM buffer_rows PARTITION ({name}) WHERE status = 'PENDING'",
         (f"SELECT COUNT(*) AS n FROM batches JOIN {keys_table()} STRAIGHT_JOIN buffer_rows PARTITION ({name})"
          " ON buffer_rows.id = k.id AND buffer_rows.bucket = k.bucket"
          " WHERE batches.state = 'CLAIMED' AND buffer_rows.status = 'CLAIMED'"),
-        (f"SELECT COUNT(*) AS n FROM batches STRAIGHT_JOIN buffer_rows PARTITION ({name})"
-         " ON buffer_rows.batch_id = CONVERT(batches.batch_id USING ascii)"
-         " WHERE batches.state = 'CLAIMED' AND batches.member_keys IS NULL AND buffer_rows.status = 'CLAIMED'"),
     ):
         cur.execute(statement)
         counts.append(int(cur.fetchone()["n"]))

@@ -1,4 +1,13 @@
-"""Schema: versioned, idempotent migrations of the buffer, the replay state and batches."""
+"""Schema: versioned, idempotent migrations of the buffer, the replay state and batches.
+
+The migration floor: ``consolidator db migrate`` (:meth:`SchemaStore.migrate`) brings a database
+of any older version to :data:`SCHEMA_VERSION`, and the runtime refuses an older one
+(``open_store``, :class:`~consolidator.errors.SchemaOutdated`). So the code outside the migrations
+reads only the current schema. What stays from older schemas is data, never a code path: ids
+already assigned never change (a batch claimed before schema 9 keeps its v1 id, ``id_epochs``
+NULL); the rows of the pre-v4 ledger keep deciding the records at or below their partition's
+``ledger_high_water``.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +36,9 @@ def _no_pad_collation(server_version: str) -> str:
 
 
 Statement = str | tuple[str, tuple]  # SQL, or SQL and its parameters
+
+#: The version this code reads and writes: the last migration's (a test holds them equal).
+SCHEMA_VERSION = 11
 
 
 def _migrations(first_bucket: int, no_pad: str, now_ms: int = 0) -> list[tuple[int, str, list[Statement]]]:
@@ -241,6 +253,27 @@ def _migrations(first_bucket: int, no_pad: str, now_ms: int = 0) -> list[tuple[i
                 # Random, made here (not by SQL), passed as a parameter: never in a statement's text.
                 ("INSERT INTO completion_keys (id, ack_key, created_at_ms) VALUES (1, %s, %s)",
                  (secrets.token_bytes(32), now_ms)),
+            ],
+        ),
+        (
+            11,
+            "every batch row holds its members' keys: the migration floor",
+            [
+                # Batches migration 8 left without keys (SENT and EXPIRED ones then, and any a
+                # version before schema 8 claimed while it rolled out) get them, from one pass
+                # over the rows of those batches, in batch order; then the column is NOT NULL, so
+                # no reader needs the by-batch-id path any more. Ids do not change.
+                "SET SESSION group_concat_max_len = 4294967295",
+                """UPDATE batches b JOIN (
+                  SELECT r.batch_id, CONCAT('[', GROUP_CONCAT(CONCAT('[', r.id, ',', r.bucket, ']')
+                                                              ORDER BY r.first_seen_ms, r.pos_key SEPARATOR ','), ']') AS k
+                  FROM buffer_rows r
+                  WHERE r.batch_id IN (SELECT CONVERT(batch_id USING ascii) FROM batches WHERE member_keys IS NULL)
+                  GROUP BY r.batch_id) AS m ON CONVERT(b.batch_id USING ascii) = m.batch_id
+                SET b.member_keys = m.k WHERE b.member_keys IS NULL""",
+                "UPDATE batches SET member_keys = '[]' WHERE member_keys IS NULL",  # the rows' partition was dropped
+                ("ALTER TABLE batches MODIFY member_keys MEDIUMTEXT CHARACTER SET ascii NOT NULL"
+                 " COMMENT 'JSON [[id, bucket], ...] of the member rows in batch order'"),
             ],
         ),
     ]

@@ -30,11 +30,13 @@ from consolidator.store.connection import Connection
 # same change (tests/integration/test_database_users.py runs each function's code as its user).
 GRANTS: dict[str, dict[str, frozenset[str]]] = {
     "ingest": {
+        "schema_migrations": frozenset({"SELECT"}),  # the runtime checks the schema version
         "buffer_rows": frozenset({"SELECT", "INSERT", "UPDATE"}),
         "partition_offsets": frozenset({"SELECT", "INSERT", "UPDATE"}),
         "applied_positions": frozenset({"SELECT", "INSERT"}),
     },
     "flush": {
+        "schema_migrations": frozenset({"SELECT"}),  # the runtime checks the schema version
         "buffer_rows": frozenset({"SELECT", "UPDATE"}),
         "batches": frozenset({"SELECT", "INSERT", "UPDATE"}),
         "group_rate_limits": frozenset({"SELECT"}),
@@ -45,12 +47,14 @@ GRANTS: dict[str, dict[str, frozenset[str]]] = {
         "topic_epochs": frozenset({"SELECT"}),  # batch ids name their topics' epochs
     },
     "acks": {
+        "schema_migrations": frozenset({"SELECT"}),  # the runtime checks the schema version
         "completion_trackers": frozenset({"SELECT", "UPDATE"}),
         "completion_items": frozenset({"SELECT"}),
         "batches": frozenset({"SELECT"}),
         "completion_keys": frozenset({"SELECT"}),
     },
     "cleanup": {
+        "schema_migrations": frozenset({"SELECT"}),  # the runtime checks the schema version
         # partitions: information_schema, REORGANIZE PARTITION (ALTER), DROP PARTITION (ALTER, DROP)
         "buffer_rows": frozenset({"SELECT", "ALTER", "DROP"}),
         "applied_positions": frozenset({"SELECT", "ALTER", "DROP"}),

@@ -22,6 +22,7 @@ import json
 from consolidator.batch import Member, iso_ms
 from consolidator.events import KafkaRecord, PoisonEvent
 from consolidator.msk import Rejected
+from consolidator.shape import EventView
 
 MAX_RAW_BYTES = 150_000  # the raw value kept (base64: 200,000 characters)
 MAX_KEY_BYTES = 8_192  # the Kafka key kept (base64: 10,924 characters)
@@ -73,6 +74,8 @@ def poison_entry(record: KafkaRecord, error: PoisonEvent, now_ms: int) -> dict:
         "dead_lettered_at": iso_ms(now_ms),
     }
     entry = _text(entry, "detail", error.detail)
+    if error.schema_id is not None:  # a value in a registry format (consolidator.formats)
+        entry["schema_id"] = error.schema_id
     entry = _raw(entry, "key", record.key, MAX_KEY_BYTES)
     if record.key is None:  # unchanged shape for a record without a key
         entry = {k: v for k, v in entry.items() if k not in ("key_bytes", "key_truncated")}
@@ -126,8 +129,9 @@ def dead_batch_entry(message: dict, attempts: int, error: str, now_ms: int) -> d
 
 def expired_entry(group_key: str, member: Member, expired_at_ms: int, now_ms: int) -> dict:
     """The dead-letter message of a buffered row over the event TTL: its position (also as
-    ``idempotency_key``), group, item, items (bounded) and age (expiry time minus the newest
-    event's record timestamp)."""
+    ``idempotency_key``), group, item, items (bounded; under a generic event shape, what the row
+    keeps of the newest event as ``event``, dropped with ``event_truncated`` when over the bound)
+    and age (expiry time minus the newest event's record timestamp)."""
     p = member.position
     entry = {
         "kind": "expired",
@@ -142,6 +146,11 @@ def expired_entry(group_key: str, member: Member, expired_at_ms: int, now_ms: in
         "expired_at": iso_ms(expired_at_ms),
         "dead_lettered_at": iso_ms(now_ms),
     }
+    if isinstance(member.items, EventView):
+        kept = member.items.event
+        if len(json.dumps(kept)) > MAX_ITEMS_CHARS:
+            return entry | {"event": None, "event_truncated": True}
+        return entry | {"event": kept}
     return entry | _items(member.items, MAX_ITEMS_CHARS)
 
 
@@ -167,13 +176,13 @@ _SHRINK = {"value_b64": "value_truncated", "envelope_json": "envelope_truncated"
 def encode_entry(entry: dict, max_bytes: int) -> str:
     """The entry as JSON (sorted keys, ASCII) of at most ``max_bytes``. An entry over the size
     loses its largest parts until it fits, each flagged: a dead batch first its item ids and
-    items, then its member list (its rows stay in the buffer, DEAD, and ``dlq redrive --batches``
+    items (or aggregates), then its member list (its rows stay in the buffer, DEAD, and ``dlq redrive --batches``
     re-publishes them in full); then raw values, envelopes, items, keys and texts, emptied."""
     body = json.dumps(entry, sort_keys=True)
     if len(body) <= max_bytes:
         return body
     if isinstance(entry.get("batch"), dict):
-        batch = {k: v for k, v in entry["batch"].items() if k not in ("item_ids", "items")}
+        batch = {k: v for k, v in entry["batch"].items() if k not in ("item_ids", "items", "aggregates")}
         entry = entry | {"batch": batch, "batch_truncated": True}
         body = json.dumps(entry, sort_keys=True)
         if len(body) <= max_bytes:

@@ -1,5 +1,5 @@
 """Where poison events, expired rows and dead batches go: SQS (default in AWS) or a JSON-lines
-file (local). The entries themselves are built in :mod:`consolidator.deadletter_entries`.
+file (local). The entries themselves are built in :mod:`consolidator.sinks.deadletter_entries`.
 
 A write counts only when the destination confirmed it; ``send`` returns the indexes of the
 entries that were not confirmed, so the caller can report them for retry instead of losing them.
@@ -18,7 +18,8 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from consolidator import jsonlines
-from consolidator.deadletter_entries import (
+from consolidator.redact import masked
+from consolidator.sinks.deadletter_entries import (
     MAX_RAW_BYTES,
     dead_batch_entry,
     encode_entry,
@@ -27,7 +28,6 @@ from consolidator.deadletter_entries import (
     poison_entry,
     rejected_entry,
 )
-from consolidator.redact import masked
 
 log = logging.getLogger("consolidator.deadletter")
 

@@ -7,6 +7,9 @@ Usage (downstream consumer)::
     if outcome is Outcome.IN_PROGRESS:
         ...  # another worker holds it right now: do not ack, let it come back later
 
+It keys on ``batch_id`` alone, which every batch message carries whatever its schema version
+(1, 1.1 or 2: ``consolidator.batch.schema_name``), so one dedupe serves consumers of all of them.
+
 Guarantees:
 - ``handler`` runs to success at most once per batch id within ``keep_ms`` (default 7 days,
   longer than any re-publish window), as long as it finishes within ``lease_ms``;

@@ -1,0 +1,71 @@
+"""The value format of the source topic and its schema registry (:mod:`consolidator.formats`):
+the settings and the one rule between a format and the Glue registry."""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+
+from consolidator.settings.base import ENV_PREFIX, Root, Seconds
+from consolidator.settings.urls import SecretArn
+
+
+def check_glue_format(value_format: str, name: str) -> None:
+    """The one rule between a value format and the Glue registry, for the function's settings and
+    the CDK environment files: Glue keeps Protobuf schemas as .proto text, which only a compiler
+    reads, so Protobuf with Glue is decoded by the event source mapping, not the function."""
+    if value_format == "protobuf":
+        raise ValueError(f"{name}: Protobuf with the Glue registry cannot be decoded in the function (Glue keeps"
+                         " .proto text, which needs a compiler): decode it in the event source mapping"
+                         " (README: value formats)")
+
+
+class _Format(Root):
+    """The value format of the source topic and its schema registry (consolidator.formats)."""
+
+    value_format: Literal["json", "avro", "protobuf", "json-schema"] = Field(
+        "json", description="json: plain JSON values; avro, protobuf, json-schema: values in a schema registry's"
+        " wire format, decoded with their schema from SCHEMA_REGISTRY_URL or GLUE_REGISTRY_NAME")
+    schema_registry_url: str | None = Field(
+        None, pattern=r"^https?://[^\s@/]+(/\S*)?$", max_length=2048,
+        description="Confluent-compatible schema registry (no credentials in the URL: see SCHEMA_REGISTRY_SECRET_ARN)")
+    schema_registry_secret_arn: SecretArn | None = Field(
+        None, description='Secrets Manager secret {"username": ..., "password": ...} of SCHEMA_REGISTRY_URL'
+        " (Confluent Cloud: the API key and its secret)")
+    glue_registry_name: str | None = Field(
+        None, min_length=1, max_length=255, pattern=r"^[A-Za-z0-9_$#.-]+$",
+        description="AWS Glue Schema Registry name (values in Glue's wire format); instead of SCHEMA_REGISTRY_URL")
+    schema_registry_timeout_seconds: Seconds = Field(
+        5, le=60, description="How long one schema lookup may wait for the registry (once per schema id)")
+
+    @model_validator(mode="after")
+    def _one_schema_source(self) -> Self:
+        url, secret, glue = (f"{ENV_PREFIX}{name}" for name in (
+            "SCHEMA_REGISTRY_URL", "SCHEMA_REGISTRY_SECRET_ARN", "GLUE_REGISTRY_NAME"))
+        given = [name for name, value in ((url, self.schema_registry_url), (glue, self.glue_registry_name),
+                                          (secret, self.schema_registry_secret_arn)) if value]
+        if self.value_format == "json":
+            if given:
+                raise ValueError(f"{', '.join(given)}: VALUE_FORMAT json reads no schema registry; unset it or"
+                                 " choose avro, protobuf or json-schema")
+            return self
+        if bool(self.schema_registry_url) == bool(self.glue_registry_name):
+            raise ValueError(f"{url}, {glue}: VALUE_FORMAT {self.value_format} needs exactly one of them")
+        if self.glue_registry_name and self.schema_registry_secret_arn:
+            raise ValueError(f"{secret}: it is for {url}; the Glue registry uses the function's IAM role")
+        if self.glue_registry_name:
+            check_glue_format(self.value_format, glue)
+        return self
+
+    def value_format_spec(self):
+        """The :class:`consolidator.formats.ValueFormat` of these settings; None for JSON."""
+        from consolidator.formats import value_format_of
+
+        return value_format_of(self)
+
+    def value_decoder(self):
+        """A :class:`consolidator.formats.ValueDecoder` of these settings (reads the registry's
+        secret now); None for JSON."""
+        spec = self.value_format_spec()
+        return None if spec is None else spec.decoder()

@@ -1,0 +1,384 @@
+"""The event shape: what a batch aggregates over its members' newest events, and what of each
+event it carries. Pure: no I/O but reading a spec file named by the setting.
+
+A :class:`Shape` is the compiled form of two settings (docs/semantics.md section 6):
+
+- ``CONSOLIDATOR_AGGREGATE``: a JSON list of named outputs, each an operation over a path of
+  every member's newest event (:data:`OPERATIONS`); unset, the reference domain's one output
+  (quantity summed per sku), which keeps the version 1 message byte for byte;
+- ``CONSOLIDATOR_MEMBER_PAYLOAD``: ``none``, ``full`` or a JSON list of paths: each member of
+  the message carries its newest event, whole or projected.
+
+Guarantees:
+
+- **One rule, both engines.** Ingest (:func:`retain`) keeps of an event exactly what the shape
+  reads, as a JSON value; the batch (:func:`aggregate`) is a function of the retained values of
+  its members in source-position order only. The Lambda path and the Spark jobs call these two
+  functions, so they produce the same outputs for any shape.
+- **Poison follows the spec.** A path the shape reads may be absent (or null): the member
+  contributes nothing. Present with the wrong type, it is poison (``bad_value``), the detail
+  naming the path and the expected type. A field no output reads is never looked at.
+- **Numbers.** JSON integers are exact within signed 64 bits; an integer outside it, where the
+  shape reads a number, is poison (an integer literal beyond 64 bits is read as a double by the
+  JSON parser, as every other engine does). Integer sums are exact: a claim whose sum would
+  leave int64 is split, as the byte cap splits it. A sum with any double in it is a double:
+  each value taken as a double (an integer beyond 2**53 is rounded to one), then summed exactly
+  and rounded once (``math.fsum``, whatever the order); doubles are
+  written as the shortest text that reads back as the same double.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path as FilePath
+
+import orjson
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+#: count: members (whose value at ``path`` is present, when a path is given);
+#: sum/min/max: numbers; first/last: any value, by source position; distinct: the sorted set of
+#: strings and numbers; group_sum: a list of objects grouped by ``by``, the ``sum`` fields summed.
+OPERATIONS = ("count", "sum", "min", "max", "first", "last", "distinct", "group_sum")
+_NUMERIC = frozenset({"sum", "min", "max"})
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_ENTRY_KEYS = {"name", "op", "path", "by", "sum"}
+
+
+class ShapeError(ValueError):
+    """A bad aggregation spec or member payload setting; the message names every bad entry."""
+
+
+class ValueFault(ValueError):
+    """A value the shape reads has the wrong type: ``path`` and ``expected`` say which and what."""
+
+    def __init__(self, path: str, expected: str, got: str) -> None:
+        super().__init__(f"{path}: expected {expected}, got {got}")
+        self.path, self.expected = path, expected
+
+
+Path = tuple[str, ...]
+
+
+def parse_path(text: object) -> Path:
+    """``a.b.c`` (or ``$.a.b.c``) as its segments; ValueError when it is not such a path."""
+    if type(text) is not str:
+        raise ValueError(f"a path is a string like 'a.b', not {text!r}")
+    body = text.removeprefix("$.")
+    segments = tuple(body.split("."))
+    if not body or any(not s for s in segments):
+        raise ValueError(f"path {text!r} has an empty segment")
+    return segments
+
+
+def show(path: Path) -> str:
+    return ".".join(path)
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One named output: ``op`` over ``path`` (``by``/``sums``: relative to each list element)."""
+
+    name: str
+    op: str
+    path: Path | None = None
+    by: Path | None = None
+    sums: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A compiled aggregation spec and member payload: with ``full_payload`` each member carries
+    its whole newest event, else with ``payload_paths`` its projection on them, else nothing."""
+
+    outputs: tuple[Output, ...]
+    full_payload: bool = False
+    payload_paths: tuple[Path, ...] | None = None
+
+    @property
+    def carries_payload(self) -> bool:
+        return self.full_payload or self.payload_paths is not None
+
+    def reads(self) -> tuple[Path, ...]:
+        """The top paths of the event the shape keeps (outputs and payload), without repeats."""
+        paths = [o.path for o in self.outputs if o.path is not None] + list(self.payload_paths or ())
+        return tuple(dict.fromkeys(paths))
+
+
+@dataclass(frozen=True, slots=True)
+class EventView:
+    """What a buffer row keeps of its newest event under a generic shape (a JSON value).
+    Stored as the JSON object ``{"event": value}`` (orjson writes the dataclass so), which tells it
+    from the reference shape's ``[[sku, quantity], ...]``."""
+
+    event: object
+
+
+def default_outputs(items: str, sku: str, quantity: str) -> tuple[Output, ...]:
+    """The reference domain's spec: the quantity summed per sku over the items list."""
+    return (Output("items", "group_sum", (items,), (sku,), ((quantity,),)),)
+
+
+def _entry(index: int, entry: object, names: set[str]) -> tuple[Output | None, list[str]]:
+    where = f"entry {index}"
+    if not isinstance(entry, dict):
+        return None, [f"{where}: must be an object, got {type(entry).__name__}"]
+    faults = []
+    name, op = entry.get("name"), entry.get("op")
+    if isinstance(name, str):
+        where = f"entry {index} ({name!r})"
+    if not isinstance(name, str) or not _NAME.match(name):
+        faults.append("name must match [A-Za-z_][A-Za-z0-9_]{0,63}")
+    elif name in names:
+        faults.append("name is used twice")
+    else:
+        names.add(name)
+    if unknown := sorted(set(entry) - _ENTRY_KEYS):
+        faults.append(f"unknown keys {unknown}")
+    if op not in OPERATIONS:
+        faults.append(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
+    path = by = None
+    sums: tuple[Path, ...] = ()
+    if "path" in entry or op != "count":
+        try:
+            path = parse_path(entry.get("path"))
+        except ValueError as exc:
+            faults.append(str(exc))
+    if op == "group_sum":
+        try:
+            by = parse_path(entry.get("by"))
+            listed = entry.get("sum")
+            if not isinstance(listed, list) or not listed:
+                raise ValueError("sum must be a non-empty list of paths")
+            sums = tuple(parse_path(p) for p in listed)
+            if len({by[-1], *(s[-1] for s in sums)}) != 1 + len(sums):
+                raise ValueError("by and sum fields must end in different names (they name the output's fields)")
+        except ValueError as exc:
+            faults.append(str(exc))
+    elif "by" in entry or "sum" in entry:
+        faults.append("by and sum belong to group_sum only")
+    if faults:
+        return None, [f"{where}: {'; '.join(faults)}"]
+    return Output(name, op, path, by, sums), []
+
+
+def parse_outputs(text: str) -> tuple[Output, ...]:
+    """CONSOLIDATOR_AGGREGATE: inline JSON (starting with ``[``) or the path of a JSON file.
+    One :class:`ShapeError` names every bad entry."""
+    source = text.strip()
+    if not source.startswith("["):
+        try:
+            source = FilePath(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ShapeError(f"neither inline JSON (a list) nor a readable file: {exc.strerror}: {text!r}") from None
+    try:
+        entries = orjson.loads(source)
+    except orjson.JSONDecodeError as exc:
+        raise ShapeError(f"not JSON: {exc}") from None
+    if not isinstance(entries, list) or not entries:
+        raise ShapeError("must be a non-empty JSON list of outputs")
+    outputs, faults, names = [], [], set()
+    for index, entry in enumerate(entries):
+        output, bad = _entry(index, entry, names)
+        faults += bad
+        if output is not None:
+            outputs.append(output)
+    if faults:
+        raise ShapeError("; ".join(faults))
+    return tuple(outputs)
+
+
+def parse_payload(text: str) -> tuple[bool, tuple[Path, ...] | None]:
+    """CONSOLIDATOR_MEMBER_PAYLOAD: ``none``, ``full`` or a JSON list of paths."""
+    if text in ("none", "full"):
+        return text == "full", None
+    try:
+        listed = orjson.loads(text)
+        if not isinstance(listed, list) or not listed:
+            raise ValueError("a non-empty list")
+        return False, tuple(dict.fromkeys(parse_path(p) for p in listed))
+    except (orjson.JSONDecodeError, ValueError) as exc:
+        raise ShapeError(f"must be none, full or a JSON list of paths like [\"a.b\"]: {exc}") from None
+
+
+# -- ingest: what a row keeps ---------------------------------------------------------------------
+
+
+def _kind(value: object) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", int: "integer",
+            float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def lookup(document: object, path: Path, shown: str = "") -> object:
+    """The value at ``path`` (None when absent or null); :class:`ValueFault` when a step is not an object."""
+    value = document
+    for depth, segment in enumerate(path):
+        if value is None:
+            return None
+        if type(value) is not dict:
+            raise ValueFault(shown or show(path[:depth]), "object", _kind(value))
+        value = value.get(segment)
+    return value
+
+
+def _number(value: object, where: str) -> None:
+    kind = type(value)
+    if kind is float:
+        return
+    if kind is not int:
+        raise ValueFault(where, "number", _kind(value))
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueFault(where, "number within int64", "integer beyond int64")
+
+
+def _check(output: Output, value: object) -> None:
+    where = show(output.path or ())
+    if value is None or output.op in ("count", "first", "last"):
+        return
+    if output.op in _NUMERIC:
+        _number(value, where)
+    elif output.op == "distinct":
+        if type(value) is not str:
+            _number(value, where)
+    else:  # group_sum
+        if type(value) is not list:
+            raise ValueFault(where, "list", _kind(value))
+        for index, element in enumerate(value):
+            at = f"{where}[{index}]"
+            if type(element) is not dict:
+                raise ValueFault(at, "object", _kind(element))
+            key = lookup(element, output.by, f"{at}.{show(output.by)}")
+            if type(key) is not str or not key:
+                raise ValueFault(f"{at}.{show(output.by)}", "non-empty string", _kind(key))
+            for path in output.sums:
+                _number(lookup(element, path, f"{at}.{show(path)}"), f"{at}.{show(path)}")
+        if not within_int64({"sums": _group_sum(output, [value])}):
+            raise ValueFault(where, "sums per group within int64 (a batch of this event alone adds them up)",
+                             "a larger sum")
+
+
+def _project(document: dict, paths: Iterable[Path]) -> dict:
+    """A new object with the values of ``document`` at ``paths``, nested as there. A path under
+    one already kept adds nothing; one that is absent, or steps through a value that is not an
+    object, is left out (only the outputs' own paths are checked, by :func:`_check`)."""
+    kept: dict = {}
+    taken: set[Path] = set()
+    for path in sorted(paths, key=len):
+        if any(path[:depth] in taken for depth in range(1, len(path))):
+            continue
+        try:
+            value = lookup(document, path)
+        except ValueFault:
+            continue
+        if value is None:
+            continue
+        node = kept
+        for segment in path[:-1]:
+            node = node.setdefault(segment, {})
+        node[path[-1]] = value
+        taken.add(path)
+    return kept
+
+
+def retain(document: dict, shape: Shape) -> EventView:
+    """What a row keeps of the event ``document`` (a JSON object): the whole event when the
+    member payload is ``full``, else its projection on the paths the shape reads. Raises
+    :class:`ValueFault` when a value an output reads has the wrong type."""
+    for output in shape.outputs:
+        if output.path is not None:
+            _check(output, lookup(document, output.path))
+    kept = document if shape.full_payload else _project(document, shape.reads())
+    try:  # as deep as the message holds it (message, members, member, event): the encoder's limit
+        orjson.dumps([[[[kept]]]])
+    except TypeError:
+        raise ValueFault("(event)", "nesting the encoder can write (about 250 levels)", "deeper nesting") from None
+    return EventView(kept)
+
+
+def payload_of(view: EventView, shape: Shape) -> object:
+    """The member's ``event`` in the message (only when :attr:`Shape.carries_payload`)."""
+    if shape.full_payload:
+        return view.event
+    return _project(view.event, shape.payload_paths or ())
+
+
+# -- the batch: outputs over the newest event of each item, in source-position order ------------
+
+
+def _sum(values: Sequence[object]) -> int | float:
+    if any(type(v) is float for v in values):
+        return math.fsum(values)
+    return sum(values)  # type: ignore[arg-type]
+
+
+def _distinct_key(value: object) -> tuple:
+    return (1, value, "") if type(value) is str else (0, value, orjson.dumps(value))
+
+
+def _group_sum(output: Output, lists: Iterable[object]) -> list[dict]:
+    totals: dict[str, list[list[object]]] = {}
+    for elements in lists:
+        for element in elements or ():  # type: ignore[union-attr]
+            columns = totals.setdefault(lookup(element, output.by), [[] for _ in output.sums])  # type: ignore[arg-type]
+            for column, path in zip(columns, output.sums, strict=True):
+                column.append(lookup(element, path))
+    by_name = output.by[-1]  # type: ignore[index]
+    return [{by_name: key, **{p[-1]: _sum(c) for p, c in zip(output.sums, columns, strict=True)}}
+            for key, columns in sorted(totals.items())]
+
+
+def _evaluate(output: Output, events: Sequence[object]) -> object:
+    if output.path is None:
+        return len(events)  # count of members
+    values = [v for v in (lookup(e, output.path) for e in events) if v is not None]
+    op = output.op
+    if op == "count":
+        return len(values)
+    if op == "sum":
+        return _sum(values)
+    if op in ("min", "max"):
+        return (min if op == "min" else max)(values) if values else None
+    if op == "first":
+        return values[0] if values else None
+    if op == "last":
+        return values[-1] if values else None
+    if op == "distinct":
+        seen = {_distinct_key(v): v for v in values}
+        return [seen[k] for k in sorted(seen)]
+    return _group_sum(output, values)
+
+
+def aggregate(shape: Shape, events: Sequence[object]) -> dict[str, object]:
+    """Every output over ``events``: the retained newest event of each item, in source-position
+    order. A function of its arguments only, so every engine gets the same outputs."""
+    return {o.name: _evaluate(o, events) for o in shape.outputs}
+
+
+def within_int64(outputs: dict[str, object]) -> bool:
+    """Whether every integer of ``outputs`` fits a signed 64-bit integer (else the claim splits)."""
+    def fits(value: object) -> bool:
+        if type(value) is int:
+            return INT64_MIN <= value <= INT64_MAX
+        if type(value) is list:
+            return all(fits(v) for v in value)
+        if type(value) is dict:
+            return all(fits(v) for v in value.values())
+        return True
+    return fits(outputs)
+
+
+def stored_items(text: str | bytes) -> tuple[tuple[str, int], ...] | EventView:
+    """A buffer row's ``items`` column: ``[[sku, quantity], ...]`` (the reference shape) as
+    pairs, or ``{"event": value}`` (a generic shape) as an :class:`EventView`."""
+    parsed = orjson.loads(text)
+    if type(parsed) is dict:
+        return EventView(parsed["event"])
+    return tuple(map(tuple, parsed))
+
+
+def stored_text(items: tuple[tuple[str, int], ...] | EventView) -> str:
+    """The ``items`` column of a row (the inverse of :func:`stored_items`)."""
+    return orjson.dumps(items).decode()

@@ -1,0 +1,108 @@
+"""Read-only views of batches for operators (``consolidator batch show`` and ``batch list``).
+
+Every batch row is shown in its own state (CLAIMED, SENT, DEAD, or EXPIRED for an expiry
+record), tracked or not; its members are read by primary key from the batch row
+(``store/members.py``), whatever their status, so a sent batch shows the rows it took. Reads
+only: no statement here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from consolidator.events import SourcePosition
+from consolidator.shape import EventView, stored_items
+from consolidator.store.connection import Connection
+from consolidator.store.members import member_condition
+
+STATES = ("CLAIMED", "SENT", "DEAD", "EXPIRED")
+_HEAD = ("batch_id, group_key, state, kind, flush_reason, member_count, attempts, claimed_at_ms, last_attempt_ms,"
+         " finished_at_ms, last_error, held_back_ms")
+
+
+@dataclass(frozen=True)
+class BatchMember:
+    """One member row: position, item id, and what its row keeps of the newest event (``event``
+    under a generic shape, else the (sku, quantity) ``items``)."""
+
+    position: SourcePosition
+    item_id: str
+    merged_events: int
+    first_seen_ms: int
+    last_update_ms: int
+    event: object = None
+    items: tuple[tuple[str, int], ...] | None = None
+
+
+@dataclass(frozen=True)
+class BatchView:
+    batch_id: str
+    group_key: str
+    state: str
+    kind: str  # batch | expiry
+    reason: str
+    member_count: int
+    attempts: int
+    claimed_at_ms: int
+    last_attempt_ms: int | None
+    finished_at_ms: int | None
+    last_error: str | None
+    held_back_ms: int
+    tracked: bool  # sealed for completion tracking
+    members: tuple[BatchMember, ...] = ()
+
+
+def _view(row: dict, tracked: bool, members: Sequence[BatchMember] = ()) -> BatchView:
+    return BatchView(row["batch_id"], row["group_key"], row["state"], row["kind"], row["flush_reason"],
+                     int(row["member_count"]), int(row["attempts"]), int(row["claimed_at_ms"]),
+                     row["last_attempt_ms"], row["finished_at_ms"], row["last_error"], int(row["held_back_ms"]),
+                     tracked, tuple(members))
+
+
+def _member(row: dict) -> BatchMember:
+    kept = stored_items(row["items"])
+    position = SourcePosition(row["src_topic"], int(row["src_partition"]), int(row["src_offset"]))
+    common = (position, row["item_id"], int(row["merged_events"]), int(row["first_seen_ms"]), int(row["last_update_ms"]))
+    if isinstance(kept, EventView):
+        return BatchMember(*common, event=kept.event)
+    return BatchMember(*common, items=kept)
+
+
+class BatchViews(Connection):
+    """Operator reads of the ``batches`` table (mixed into the store next to :class:`BatchStore`)."""
+
+    def batch_view(self, batch_id: str) -> BatchView | None:
+        """The batch and its members in batch order; None when no batch has this id."""
+        with self.transaction() as cur:
+            cur.execute(f"SELECT {_HEAD}, member_keys FROM batches WHERE batch_id = %s", (batch_id,))
+            row = cur.fetchone()
+            if row is None:
+                return None
+            cur.execute("SELECT COUNT(*) AS n FROM completion_trackers WHERE batch_id = %s", (batch_id,))
+            tracked = bool(cur.fetchone()["n"])
+            condition, args = member_condition(batch_id, row["member_keys"])
+            cur.execute("SELECT src_topic, src_partition, src_offset, item_id, items, merged_events, first_seen_ms,"
+                        f" last_update_ms FROM buffer_rows WHERE {condition} ORDER BY first_seen_ms, pos_key", args)
+            members = [_member(r) for r in cur.fetchall()]
+        return _view(row, tracked, members)
+
+    def batch_views(self, *, state: str | None = None, group_key: str | None = None, since_ms: int | None = None,
+                    limit: int = 100) -> list[BatchView]:
+        """Batches newest first, filtered by state, group and claim time (at or after ``since_ms``),
+        at most ``limit``; without their members."""
+        if state is not None and state not in STATES:
+            raise ValueError(f"state must be one of {', '.join(STATES)}, got {state!r}")
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        where, args = [], []
+        for clause, value in (("state = %s", state), ("group_key = %s", group_key), ("claimed_at_ms >= %s", since_ms)):
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        condition = f"WHERE {' AND '.join(where)}" if where else ""
+        with self.transaction() as cur:
+            cur.execute(f"SELECT {_HEAD}, EXISTS(SELECT 1 FROM completion_trackers t WHERE t.batch_id = CONVERT(b.batch_id USING ascii))"
+                        f" AS tracked FROM batches b {condition} ORDER BY claimed_at_ms DESC, batch_id LIMIT %s",
+                        (*args, limit))
+            return [_view(r, bool(r["tracked"])) for r in cur.fetchall()]

@@ -1,0 +1,104 @@
+"""msk.schema_registry in an environment file: the event source mapping decodes (its schema
+registry configuration, provisioned mode, an on-failure destination; the function reads JSON)
+or the ingest function does (its format settings and read access to the registry)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from consolidator_infra.config import ConfigError, load_environment
+from test_config import _write
+
+pytestmark = pytest.mark.infra
+
+GLUE = "arn:aws:glue:eu-west-1:111111111111:registry/shop"
+SECRET = "arn:aws:secretsmanager:eu-west-1:111111111111:secret:registry-AbCdEf"
+URL = "https://psrc-1.eu-west-1.aws.confluent.cloud"
+
+
+def _synth(tmp_path, name: str, schema_registry: dict):
+    from app import create_app
+    from aws_cdk.assertions import Template
+    from consolidator_infra.stage import ConsolidatorStage
+
+    config = load_environment(name, _write(tmp_path, name, msk__schema_registry=schema_registry))
+    app = create_app(outdir=str(tmp_path / "cdk.out"))
+    stage = ConsolidatorStage(app, config)
+    assembly = app.synth()
+    artifact = assembly.get_nested_assembly(stage.artifact_id).get_stack_artifact(stage.stack.artifact_id)
+    _no_nag_findings(stage.stack)
+    return stage.stack, Template.from_json(artifact.template)
+
+
+def _no_nag_findings(stack) -> None:
+    from aws_cdk.assertions import Annotations, Match
+
+    annotations = Annotations.from_stack(stack)
+    findings = [*annotations.find_error("*", Match.string_like_regexp("AwsSolutions-.*")),
+                *annotations.find_warning("*", Match.string_like_regexp("AwsSolutions-.*"))]
+    assert [(f.id, str(f.entry.data)[:120]) for f in findings] == []
+
+
+def _ingest(stack, template):
+    ingest = {"Ref": stack.resolve(stack.ingest.node.default_child.logical_id)}
+    [mapping] = [r["Properties"] for r in template.find_resources("AWS::Lambda::EventSourceMapping").values()
+                 if r["Properties"]["FunctionName"] == ingest]
+    [function] = [r["Properties"] for key, r in template.find_resources("AWS::Lambda::Function").items()
+                  if key == ingest["Ref"]]
+    role = stack.resolve(stack.ingest.role.node.default_child.logical_id)
+    statements = [s for p in template.find_resources("AWS::IAM::Policy").values() if {"Ref": role} in
+                  p["Properties"]["Roles"] for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    return mapping, function["Environment"]["Variables"], statements
+
+
+def test_the_mapping_decodes_with_glue_and_hands_the_function_json(tmp_path):
+    stack, template = _synth(tmp_path, "esm", {"value_format": "protobuf", "decode_in": "event_source_mapping",
+                                               "glue_registry_arn": GLUE})
+    mapping, variables, _ = _ingest(stack, template)
+    assert mapping["AmazonManagedKafkaEventSourceConfig"]["SchemaRegistryConfig"] == {
+        "EventRecordFormat": "JSON", "SchemaRegistryURI": GLUE, "SchemaValidationConfigs": [{"Attribute": "VALUE"}]}
+    assert mapping["ProvisionedPollerConfig"]["MinimumPollers"] >= 1  # the registry needs provisioned mode
+    assert "OnFailure" in mapping["DestinationConfig"]  # a record the mapping refuses is not dropped
+    assert "CONSOLIDATOR_VALUE_FORMAT" not in variables  # the function reads the JSON it is handed
+
+
+def test_the_function_decodes_with_glue_reading_only_that_registrys_schemas(tmp_path):
+    stack, template = _synth(tmp_path, "glue", {"value_format": "avro", "glue_registry_arn": GLUE})
+    _, variables, statements = _ingest(stack, template)
+    assert (variables["CONSOLIDATOR_VALUE_FORMAT"], variables["CONSOLIDATOR_GLUE_REGISTRY_NAME"]) == ("avro", "shop")
+    [glue] = [s for s in statements if s.get("Sid") == "ReadSchemaVersions"]
+    assert glue["Action"] == "glue:GetSchemaVersion"
+    assert glue["Resource"] == [GLUE, "arn:aws:glue:eu-west-1:111111111111:schema/shop/*"]
+
+
+def test_the_function_decodes_with_a_confluent_registry_and_reads_its_secret(tmp_path):
+    url = "https://registry.internal.example:8081"
+    stack, template = _synth(tmp_path, "fn", {"value_format": "avro", "confluent_url": url,
+                                              "confluent_secret_arn": SECRET})
+    mapping, variables, statements = _ingest(stack, template)
+    assert "SchemaRegistryConfig" not in mapping["AmazonManagedKafkaEventSourceConfig"]
+    assert (variables["CONSOLIDATOR_VALUE_FORMAT"], variables["CONSOLIDATOR_SCHEMA_REGISTRY_URL"],
+            variables["CONSOLIDATOR_SCHEMA_REGISTRY_SECRET_ARN"]) == ("avro", url, SECRET)
+    group = stack.resolve(stack.ingest.connections.security_groups[0].node.default_child.logical_id)
+    egress = template.to_json()["Resources"][group]["Properties"]["SecurityGroupEgress"]
+    assert {(rule["FromPort"], rule["Description"]) for rule in egress} >= {(443, "HTTPS to AWS APIs"),
+                                                                           (8081, "Schema registry")}
+    assert any("secretsmanager:GetSecretValue" in s["Action"] and SECRET in json.dumps(s["Resource"])
+               for s in statements)
+
+
+@pytest.mark.parametrize("schema_registry, message", [
+    ({"value_format": "avro"}, "exactly one of confluent_url and glue_registry_arn"),
+    ({"value_format": "json", "glue_registry_arn": GLUE}, "leave msk.schema_registry out"),
+    ({"value_format": "xml", "glue_registry_arn": GLUE}, "msk.schema_registry.value_format"),
+    ({"value_format": "protobuf", "glue_registry_arn": GLUE}, "decode it in the event source mapping"),
+    ({"value_format": "avro", "confluent_url": URL, "decode_in": "event_source_mapping"},
+     "confluent_secret_arn is required"),
+    ({"value_format": "avro", "glue_registry_arn": "arn:aws:glue:eu-west-1:1:registry/x"},
+     "msk.schema_registry.glue_registry_arn"),
+])
+def test_a_bad_schema_registry_is_refused_by_field(tmp_path, schema_registry, message):
+    with pytest.raises(ConfigError) as error:
+        load_environment("bad", _write(tmp_path, "bad", msk__schema_registry=schema_registry))
+    assert message in str(error.value)
