@@ -158,6 +158,7 @@ def _stream(stopper, config, s, checkpoint: str, input_path: str | None, master:
     spark = build_session("consolidator-stream", master=master)
     stopper.install()  # again: PySpark's SparkContext took SIGINT (it would cancel the running jobs)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # at INFO it logs every callback of every micro-batch
     log_progress(spark)  # one line per micro-batch on stderr
     writer = BatchWriter(s.sink_url, s.dead_letter_url, tracking_database_url=s.completion_database_url,
                          tracking_database_secret_arn=s.completion_database_secret_arn)
