@@ -33,7 +33,10 @@ def configure_function_logging(logger: Logger) -> None:
     give the SDK loggers the same format, at :func:`sdk_level`. Loggers created later (an SDK
     imported on first use) inherit the level set here on their top-level logger."""
     level = logger.log_level
-    copy_config_to_registered_loggers(source_logger=logger, exclude=set(SDK_LOGGERS))
+    # another function's own logger (``consolidator-ingest`` ...: the demo runs two functions in
+    # one process) keeps its handler, so its lines keep its service name
+    others = {name for name in logging.root.manager.loggerDict if name.startswith("consolidator-")} - {logger.name}
+    copy_config_to_registered_loggers(source_logger=logger, exclude=set(SDK_LOGGERS) | others)
     floor = sdk_level(level)
     copy_config_to_registered_loggers(source_logger=logger, include=set(SDK_LOGGERS), log_level=floor)
     for name in SDK_LOGGERS:

@@ -42,7 +42,7 @@ def test_limits_set_refuses_what_the_settings_refuse(env, migrated, group, per, 
     exit 2, one line naming the value and the allowed range, nothing stored."""
     result = cli(env, "limits", "set", group, "--batches", "1", "--per", per)
     assert result.exit_code == 2, result.output
-    error = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    error = result.stderr.strip().splitlines()
     assert len(error) == 1 and named in error[0] and "Traceback" not in result.output
     assert ("0.001 <= x <= 604800" if group == "WH-1" else "1 to 191 characters") in error[0]
     assert cli_json(env, "limits", "list")["overrides"] == []

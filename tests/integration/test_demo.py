@@ -4,7 +4,9 @@ handlers), and proof that its exit code follows the invariant check."""
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
+from pathlib import Path
 
 import pymysql
 import pytest
@@ -29,9 +31,12 @@ def demo_args():
         cur.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
-def run(args: list[str]):
+def run(args: list[str], keep_workdir: bool = False):
     result = CliRunner().invoke(app, ["demo", *args])
-    return result, json.loads(result.stdout) if result.stdout.strip().startswith("{") else None
+    summary = json.loads(result.stdout) if result.stdout.strip().startswith("{") else None
+    if summary and summary.get("workdir") and not keep_workdir:
+        shutil.rmtree(summary["workdir"], ignore_errors=True)
+    return result, summary
 
 
 def test_demo_reduced_size_passes_its_invariant_check(demo_args):
@@ -47,6 +52,35 @@ def test_demo_reduced_size_passes_its_invariant_check(demo_args):
     assert summary["redelivered_invocations"] >= 0 and summary["flush_ticks"] >= 1
     assert summary["elapsed_s"] < 180
     assert "invariant check passed" in result.stderr
+
+
+def test_demo_shows_its_work_and_keeps_stdout_for_json(demo_args):
+    """One sample batch, every batch in a kept file that the output names; with --json stdout is
+    exactly the summary (logs, even --verbose ones, on stderr); each function's log lines carry
+    its own service and function name although both run in one process."""
+    result, summary = run([*demo_args, "--verbose"], keep_workdir=True)
+    try:
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        assert json.loads(result.stdout) == summary  # the whole of stdout is one JSON document
+        lines = Path(summary["batches_file"]).read_text().splitlines()
+        batches = [json.loads(line) for line in lines]
+        assert len(batches) == summary["batch_deliveries"]
+        assert summary["sample_batch"] in batches
+        assert f"every batch is in {summary['batches_file']}" in result.stderr
+        assert f"batch_id: \"{summary['sample_batch']['batch_id']}\"" in result.stderr
+        assert Path(summary["dead_letter_file"]).is_file()
+        logs = [json.loads(line) for line in result.stderr.splitlines() if line.startswith('{"level"')]
+        ingest_logs = [entry for entry in logs if entry["name"] == "consolidator.services.ingest"]
+        assert ingest_logs, "the dead-letter outage logs from the ingest service"
+        for entry in logs:
+            function = {"consolidator.services.ingest": "ingest", "consolidator.services.flush": "flush"}.get(
+                entry["name"])
+            if function:
+                assert entry["service"] == f"consolidator-{function}", entry
+                assert entry["function_name"] == f"consolidator-{function}", entry
+    finally:
+        if summary:
+            shutil.rmtree(summary["workdir"], ignore_errors=True)
 
 
 def test_demo_exits_non_zero_when_a_batch_goes_missing(demo_args, monkeypatch):

@@ -106,6 +106,9 @@ def test_replay_of_a_hand_checked_history(spark, tmp_path):
         47_500.0, 247_500.0, 289_500.0, 300_000)
     assert f.reasons == {"full": 1, "hard_window": 1, "idle": 1}
     assert f.batch_size_histogram == {"1": 1, "2": 1, "3-5": 1}
+    # the worst groups, highest p95 first: WH-3's one row waited 300 s, WH-1's two 70 and 90 s
+    assert [(g["group_key"], g["latency_p95_ms"], g["latency_max_ms"], g["batches"]) for g in f.worst_groups] == [
+        ("WH-3", 300_000.0, 300_000, 1), ("WH-1", 89_000.0, 90_000, 1), ("WH-2", 24_900.0, 25_000, 1)]
     # with room for 500, WH-2 waits for its debounce instead: idle at 67 s -> tick 90 s
     assert figures["big"].reasons == {"hard_window": 1, "idle": 2}
 

@@ -13,6 +13,7 @@ import enum
 import functools
 import importlib
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
@@ -20,9 +21,11 @@ from typing import Annotated, Any, ClassVar
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.core import TyperGroup
+from typer._click import exceptions as click_exceptions
+from typer.core import TyperCommand, TyperGroup
 
 from consolidator.errors import ConfigurationError, ConsolidatorError
+from consolidator.options import MARKUP_MODE, as_setting, bounded  # noqa: F401 (the commands' option parsers)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -41,7 +44,8 @@ DATABASE_HINTS = {
     1044: "the user may not use this database: grant it access, or fix the database in CONSOLIDATOR_DATABASE_URL",
     1045: "the database refused the user or password: fix CONSOLIDATOR_DATABASE_URL "
           "(or the secret of CONSOLIDATOR_DATABASE_SECRET_ARN)",
-    1049: "the database does not exist: create it (CREATE DATABASE <name>), then run `consolidator db migrate`",
+    1049: "the database does not exist: run `consolidator db migrate --create` (or CREATE DATABASE <name>, then"
+          " `consolidator db migrate`)",
     1146: "a table is missing: run `consolidator db migrate`",
     2002: "no database server at that address: is it running? check host and port in CONSOLIDATOR_DATABASE_URL",
     2003: "no database server at that address: is it running? check host and port in CONSOLIDATOR_DATABASE_URL",
@@ -49,15 +53,20 @@ DATABASE_HINTS = {
 }
 
 
-def database_hint(exc: BaseException) -> str | None:
-    """The hint for the MySQL error code behind ``exc`` (its cause chain), if there is one."""
+def mysql_code(exc: BaseException) -> int | None:
+    """The MySQL error code behind ``exc`` (its cause chain), if there is one."""
     seen = exc
     while seen is not None:
         args = getattr(seen, "args", ())
-        if args and isinstance(args[0], int) and args[0] in DATABASE_HINTS:
-            return DATABASE_HINTS[args[0]]
+        if args and isinstance(args[0], int):
+            return args[0]
         seen = seen.__cause__
     return None
+
+
+def database_hint(exc: BaseException) -> str | None:
+    """The hint for the MySQL error code behind ``exc`` (its cause chain), if there is one."""
+    return DATABASE_HINTS.get(mysql_code(exc))
 
 
 def say_error(prefix: str, message: object) -> None:
@@ -99,6 +108,26 @@ class _LazySubApp(TyperGroup):
 class _Root(TyperGroup):
     LAZY: ClassVar[dict[str, tuple[str, str]]] = {"spark": ("consolidator.spark.cli:spark_app", "Spark jobs (streaming, replay); needs the spark extra.")}
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Piped (no rich boxes), a usage error is one line on stderr naming the option, the value
+        and what is allowed, then exit 2: a script's log keeps it whole, and ``grep`` finds it."""
+        if not standalone_mode or self.rich_markup_mode is not None:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click_exceptions.NoArgsIsHelpError as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click_exceptions.ClickException as exc:
+            where = f" (see '{exc.ctx.command_path} --help')" if getattr(exc, "ctx", None) is not None else ""
+            say_error("usage error" if isinstance(exc, click_exceptions.UsageError) else "error",
+                      f"{exc.format_message()}{where}")
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(EXIT_FAILED)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
     def list_commands(self, ctx):
         return [*super().list_commands(ctx), *self.LAZY]
 
@@ -109,15 +138,60 @@ class _Root(TyperGroup):
         return super().get_command(ctx, name)
 
 
+
+ROOT_HELP = (
+    "Operate the Consolidator buffer: db (schema), status, flush, ingest (a local file), kafka (a local"
+    " Kafka), dlq (dead letters), batch (completion tracking), limits (rate limits), offsets (replay"
+    " marks), partitions, demo, spark (Spark jobs). Settings come from CONSOLIDATOR_* variables: each"
+    " command's --help names the ones it reads."
+)
+
 app = typer.Typer(
     cls=_Root,
-    help="Operate the Consolidator buffer: migrate, inspect, flush, redrive, partitions, demo.",
+    help=ROOT_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    # usage errors and help in boxes only on a terminal: piped, they are plain unwrapped lines
-    rich_markup_mode="rich" if sys.stderr.isatty() else None,
+    rich_markup_mode=MARKUP_MODE,
 )
+
+def variables_help(models: dict[str, str]) -> str:
+    """The variables each settings model of a command reads, for its help: the required ones
+    (``needs``) and the others (``also reads``), by mode (``""``: always; ``"--dry-run"``: with
+    that flag). Built from the models, so the help never drifts from what the command loads."""
+    from consolidator import settings
+
+    paragraphs = ["Variables (defaults and bounds: the README's configuration table):"]
+    for mode, model_name in models.items():
+        fields = getattr(settings, model_name).model_fields
+        prefix = settings.ENV_PREFIX
+        required = [prefix + name.upper() for name, f in fields.items() if f.is_required()]
+        if "database_url" in fields:
+            required.insert(0, f"{prefix}DATABASE_URL (or {prefix}DATABASE_SECRET_ARN)")
+        others = [prefix + name.upper() for name, f in fields.items()
+                  if not f.is_required() and name not in ("database_url", "database_secret_arn")]
+        text = (f"{mode}: " if mode else "") + "needs " + ", ".join(required)
+        paragraphs.append(text + ("; also reads " + ", ".join(others) if others else "") + ".")
+    return "\n\n".join(paragraphs)
+
+
+class SettingsCommand(TyperCommand):
+    """A command whose help ends with the ``CONSOLIDATOR_*`` variables it reads (its settings
+    models, computed when the help is shown: the CLI starts without importing them)."""
+
+    settings_models: ClassVar[dict[str, str]] = {}
+
+    def format_help(self, ctx, formatter) -> None:
+        self.epilog = variables_help(self.settings_models)
+        return super().format_help(ctx, formatter)
+
+
+def reads(models: str | dict[str, str]) -> type[SettingsCommand]:
+    """The command class of a command that loads the settings model ``models``, or one model
+    per mode: ``@app.command(cls=reads({"": "FlushSettings", "with --dry-run": "PolicySettings"}))``."""
+    models = {"": models} if isinstance(models, str) else models
+    return type("ReadsSettings", (SettingsCommand,), {"settings_models": models})
+
 
 def _version(value: bool) -> None:
     if value:
@@ -135,10 +209,33 @@ def _root(
     show_version: Annotated[bool, typer.Option(
         "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
-    """Operate the Consolidator buffer: migrate, inspect, flush, redrive, partitions, demo."""
+    """Operate the Consolidator buffer (every group has --help)."""
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+MAX_LIST = 100_000  # the most rows one listing command reads or shows
+
+BATCH_ID = re.compile(r"[0-9a-f]{32}")  # batch ids are 128 bits, in lowercase hex (consolidator.batch)
+
+
+def fail(message: str, as_json: bool, **document: Any) -> typer.Exit:
+    """Refuse with exit 1: one line on stderr, and with ``--json`` also one JSON document on
+    stdout (``{"error": message, ...document}``) so a script reading stdout learns why."""
+    say_error("error", message)
+    if as_json:
+        emit_json({"error": message, **document})
+    return typer.Exit(EXIT_FAILED)
+
+
+def check_batch_ids(batch_ids: list[str], as_json: bool) -> None:
+    """Exit 1 (with a JSON error document under ``--json``) when any of ``batch_ids`` is not a
+    batch id: 32 lowercase hex characters."""
+    malformed = [b for b in batch_ids if not BATCH_ID.fullmatch(b)]
+    if malformed:
+        raise fail(f"not a batch id: {malformed[0]!r:.80} (a batch id is 32 lowercase hex characters)", as_json,
+                   malformed=malformed)
 
 
 def guarded(command: Callable) -> Callable:

@@ -13,12 +13,17 @@ from rich.table import Table
 
 from consolidator.cli.base import (
     EXIT_FAILED,
+    MAX_LIST,
     JsonOption,
     age_text,
+    bounded,
+    check_batch_ids,
     emit_json,
+    fail,
     guarded,
     load_settings,
     out,
+    reads,
     say_error,
     store_for,
     wall_clock_ms,
@@ -64,17 +69,17 @@ def _batch_document(view, members: bool) -> dict:
     return document
 
 
-@batch_app.command("show")
+@batch_app.command("show", cls=reads("CleanupSettings"))
 @guarded
 def show(batch_id: Annotated[str, typer.Argument(help="The batch id (32 hex characters).")],
          as_json: JsonOption = False) -> None:
     """One batch, tracked or not: state, reason, attempts, group, last error, and its members with
     item id, position and what their row keeps of the newest event. Exit 1 when unknown."""
+    check_batch_ids([batch_id], as_json)
     store = store_for(load_settings("CleanupSettings"))
     view = store.batch_view(batch_id)
     if view is None:
-        say_error("unknown batch", f"no batch has the id {batch_id}")
-        raise typer.Exit(EXIT_FAILED)
+        raise fail(f"unknown batch: no batch has the id {batch_id}", as_json, batch_id=batch_id)
     document = _batch_document(view, members=True)
     if as_json:
         emit_json(document)
@@ -112,16 +117,17 @@ def _status(store, batch_id: str, now: int) -> dict | None:
     }
 
 
-@batch_app.command("status")
+@batch_app.command("status", cls=reads("CleanupSettings"))
 @guarded
 def status(batch_id: Annotated[str, typer.Argument(help="The batch id (32 hex characters).")],
            as_json: JsonOption = False) -> None:
     """State, members, acknowledged members, complete or not, and age of one tracked batch."""
+    check_batch_ids([batch_id], as_json)
     store = store_for(load_settings("CleanupSettings"))
     document = _status(store, batch_id, wall_clock_ms())
     if document is None:
-        say_error("unknown batch", f"{batch_id} is not tracked (tracking off, never sealed, or cleaned up)")
-        raise typer.Exit(EXIT_FAILED)
+        raise fail(f"unknown batch {batch_id}: not tracked (tracking off, never sealed, or cleaned up)", as_json,
+                   batch_id=batch_id)
     if as_json:
         emit_json(document)
         return
@@ -131,7 +137,7 @@ def status(batch_id: Annotated[str, typer.Argument(help="The batch id (32 hex ch
               f"(completion {document['completion']}), sealed {document['age_s']:.0f}s ago")
 
 
-@batch_app.command("ack")
+@batch_app.command("ack", cls=reads("AckSettings"))
 @guarded
 def ack(
     batch_id: Annotated[str, typer.Argument(help="The batch id (32 hex characters).")],
@@ -144,11 +150,11 @@ def ack(
     from consolidator.completion import Ack, AckFormatError
     from consolidator.services.acks import build_ack_service
 
+    check_batch_ids([batch_id], as_json)
     try:
         request = Ack(batch_id, tuple(index or ()), tuple(item or ()))
     except AckFormatError as error:
-        say_error("bad ack", error)
-        raise typer.Exit(EXIT_FAILED) from None
+        raise fail(f"bad ack: {error}", as_json, batch_id=batch_id) from None
     service = build_ack_service(load_settings("AckSettings"))
     (result,) = service.ack([request])
     document = {
@@ -167,14 +173,15 @@ def ack(
         raise typer.Exit(EXIT_FAILED)
 
 
-@batch_app.command("list")
+@batch_app.command("list", cls=reads({"": "CleanupSettings", "with --incomplete": "CompletionSettings"}))
 @guarded
 def list_(
     incomplete: Annotated[bool, typer.Option("--incomplete", help="Sent batches not complete after the deadline.")] = False,
     state: Annotated[str | None, typer.Option(help="Only batches in this state: CLAIMED, SENT, DEAD or EXPIRED.")] = None,
     group: Annotated[str | None, typer.Option(help="Only batches of this group key.")] = None,
     since: Annotated[str | None, typer.Option(help="Only batches claimed since: 30m, 2h, 1d or an ISO time.")] = None,
-    limit: Annotated[int, typer.Option(help="Show at most this many batches.")] = 100,
+    limit: Annotated[int, typer.Option(parser=bounded(0, MAX_LIST, integer=True),
+                                       help="Show at most this many batches (0 to 100,000).")] = 100,
     as_json: JsonOption = False,
 ) -> None:
     """Batches, newest first, filtered by state, group and claim time. With --incomplete: tracked

@@ -11,11 +11,15 @@ from rich.table import Table
 
 from consolidator.cli.base import (
     EXIT_FAILED,
+    MAX_LIST,
     JsonOption,
+    bounded,
+    check_batch_ids,
     emit_json,
     guarded,
     load_settings,
     out,
+    reads,
     say_error,
     store_for,
 )
@@ -92,11 +96,11 @@ def _read_jsonl(path: Path) -> list[dict]:
         raise typer.BadParameter(f"{path} is not JSON lines: {exc}", param_hint="--file") from None
 
 
-@dlq_app.command("list")
+@dlq_app.command("list", cls=reads("IngestSettings"))
 @guarded
 def dlq_list(
     as_json: JsonOption = False,
-    limit: Annotated[int, typer.Option(help="Read at most this many entries.")] = 100,
+    limit: Annotated[int, typer.Option(parser=bounded(0, MAX_LIST, integer=True), help="Read at most this many entries (0 to 100,000).")] = 100,
 ) -> None:
     """Poison events, expired rows and dead batches in the dead-letter destination, and DEAD
     batches in the buffer. An entry written more than once (same idempotency key: kind and
@@ -127,7 +131,8 @@ def dlq_list(
     out.print(table)
 
 
-@dlq_app.command("redrive")
+@dlq_app.command("redrive", cls=reads({"with --file or --from-dead-letter": "IngestSettings",
+                                                     "with --batches or --batch-id": "FlushSettings"}))
 @guarded
 def dlq_redrive(
     file: Annotated[Path | None, typer.Option("--file", help="JSON lines of fixed poison entries.")] = None,
@@ -137,7 +142,7 @@ def dlq_redrive(
         "--batches", help="Revive DEAD batches and re-publish them (same batch ids) with one flush tick.")] = False,
     batch_id: Annotated[list[str] | None, typer.Option(
         "--batch-id", help="Only these DEAD batches (repeatable; implies --batches).")] = None,
-    limit: Annotated[int, typer.Option(help="Read at most this many entries / batches.")] = 10_000,
+    limit: Annotated[int, typer.Option(parser=bounded(0, MAX_LIST, integer=True), help="Read at most this many entries / batches (0 to 100,000).")] = 10_000,
     as_json: JsonOption = False,
 ) -> None:
     """Re-ingest fixed poison events through the real ingest service, or re-publish DEAD
@@ -146,6 +151,7 @@ def dlq_redrive(
     batches = batches or bool(batch_id)
     if not (file or from_dead_letter or batches):
         raise typer.BadParameter("pass --file PATH, --from-dead-letter or --batches", param_hint="--file")
+    check_batch_ids(batch_id or [], as_json)
     document: dict[str, Any] = {}
     ok = True
     if file or from_dead_letter:
@@ -182,6 +188,9 @@ def dlq_redrive(
         store = service.store
         targets = batch_id or [b["batch_id"] for b in store.batches_in_state("DEAD", limit)]
         revived, rows_gone = [], []
+        unknown = [b for b in dict.fromkeys(batch_id or []) if store.batch_state(b) is None]
+        for target in unknown:
+            say_error(f"unknown batch {target}", "no such batch in the buffer (never claimed, or cleaned up)")
         for target in targets:
             try:
                 if store.revive_dead_batch(target):
@@ -196,9 +205,10 @@ def dlq_redrive(
         published = [] if tick is None else [b.batch_id for b in tick.published if b.batch_id in revived]
         missing = [b for b in revived if b not in published]
         document["batches"] = {"revived": revived, "republished": published, "not_yet_published": missing,
-                               "rows_gone": rows_gone,
-                               "skipped_not_dead": [b for b in targets if b not in revived and b not in rows_gone]}
-        ok &= not missing and not rows_gone
+                               "rows_gone": rows_gone, "unknown": unknown,
+                               "skipped_not_dead": [b for b in targets
+                                                    if b not in revived and b not in rows_gone and b not in unknown]}
+        ok &= not missing and not rows_gone and not unknown
         if not as_json:
             out.print(f"dead batches: {len(revived)} revived, {len(published)} re-published"
                       + (f", {len(missing)} still CLAIMED (the next flush tick retries them)" if missing else ""))

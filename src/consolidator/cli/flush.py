@@ -13,11 +13,13 @@ from consolidator.cli.base import (
     EXIT_FAILED,
     JsonOption,
     app,
+    bounded,
     emit_json,
     err,
     guarded,
     load_settings,
     out,
+    reads,
     say_error,
     store_for,
     wall_clock_ms,
@@ -25,6 +27,8 @@ from consolidator.cli.base import (
 
 if TYPE_CHECKING:
     from consolidator.services.flush import TickReport
+
+MAX_FLUSH_SECONDS = 86_400.0  # `flush --seconds`: at most a day of ticks in one run
 
 
 def _dry_run(as_json: bool) -> None:
@@ -66,20 +70,26 @@ def _tick_line(number: int, report: TickReport) -> str:
             f"{report.expired} expired, {len(report.throttled)} throttled, {report.dead} dead")
 
 
-@app.command()
+@app.command(cls=reads({"": "FlushSettings", "with --dry-run": "PolicySettings"}))
 @guarded
 def flush(
-    once: Annotated[bool, typer.Option("--once", help="Run exactly one flush tick (required unless --seconds).")] = False,
+    once: Annotated[bool, typer.Option("--once", help="Run exactly one flush tick.")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Show due groups and why; claim nothing. Needs only the database.")] = False,
     seconds: Annotated[float | None, typer.Option(
-        help="Run ticks on schedule for this long, like one Lambda invocation; prints each tick.")] = None,
+        parser=bounded(0.001, MAX_FLUSH_SECONDS, " seconds"),
+        help=f"Run ticks on schedule for this long (0.001 to {MAX_FLUSH_SECONDS:g} s), like one Lambda "
+             "invocation; prints each tick.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Flush due groups to the sink. Exit 1 when a publish failed, a batch went dead, or Redis
-    (the flush lock) was unreachable."""
-    if not once and seconds is None and not dry_run:
-        raise typer.BadParameter("pass --once, --dry-run or --seconds N", param_hint="--once")
+    """Flush due groups to the sink. Exactly one of --once, --dry-run, --seconds N. Exit 1 when
+    a publish failed, a batch went dead, or Redis (the flush lock) was unreachable."""
+    chosen = [name for name, given in (("--once", once), ("--dry-run", dry_run), ("--seconds", seconds is not None))
+              if given]
+    if len(chosen) != 1:
+        raise typer.BadParameter("pass exactly one of --once, --dry-run or --seconds N"
+                                 + (f"; got {' and '.join(chosen)}" if chosen else ""),
+                                 param_hint="/".join(chosen) or "--once")
     if dry_run:
         _dry_run(as_json)
         return
@@ -95,7 +105,7 @@ def flush(
 
     reports_seen: list[TickReport] = []
     try:
-        if seconds is not None and not once:
+        if seconds is not None:
             deadline = time.monotonic() + seconds
             reports = service.run(lambda: max(0, int((deadline - time.monotonic()) * 1000)), time.sleep,
                                   on_tick=show)

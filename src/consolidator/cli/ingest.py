@@ -12,11 +12,13 @@ from consolidator.cli.base import (
     EXIT_FAILED,
     JsonOption,
     app,
+    bounded,
     emit_json,
     err,
     guarded,
     load_settings,
     out,
+    reads,
     say_error,
 )
 
@@ -49,7 +51,7 @@ class _Progress:
                   highlight=False, soft_wrap=True)
 
 
-@app.command()
+@app.command(cls=reads("IngestSettings"))
 @guarded
 def ingest(
     file: Annotated[Path, typer.Option("--file", help="The file of events (JSON lines, or one MSK event).")],
@@ -66,9 +68,11 @@ def ingest(
         "--restamp", help="envelope, msk-event: shift every timestamp so the first record is stamped now "
                           "(keeps the gaps; samples stamped long ago then do not expire on the first flush).")] = False,
     progress_every: Annotated[int, typer.Option(
-        "--progress-every", min=1, help="A progress line on stderr every this many lines ...")] = 10_000,
+        "--progress-every", parser=bounded(1, 10**9, integer=True),
+        help="A progress line on stderr every this many lines (1 to 10^9) ...")] = 10_000,
     progress_seconds: Annotated[float, typer.Option(
-        "--progress-seconds", min=0.0, help="... or every this many seconds, whichever comes first.")] = 5.0,
+        "--progress-seconds", parser=bounded(0, 86_400, " seconds"),
+        help="... or every this many seconds (0 to 86,400), whichever comes first.")] = 5.0,
     as_json: JsonOption = False,
 ) -> None:
     """Ingest a local file through the same ingest service as the Lambda function: poison goes

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from consolidator.cli.base import EXIT_FAILED, JsonOption, emit_json, err, out, say_error
+from consolidator.cli.base import EXIT_FAILED, JsonOption, bounded, emit_json, err, out, say_error
 
 kafka_app = typer.Typer(help="A local Kafka (librdkafka's mock cluster) and a producer of event files.",
                         no_args_is_help=True)
@@ -19,7 +19,8 @@ kafka_app = typer.Typer(help="A local Kafka (librdkafka's mock cluster) and a pr
 
 @kafka_app.command("serve")
 def serve(
-    brokers: Annotated[int, typer.Option("--brokers", min=1, max=16, help="Brokers of the mock cluster.")] = 3,
+    brokers: Annotated[int, typer.Option("--brokers", parser=bounded(1, 16, integer=True),
+                                         help="Brokers of the mock cluster (1 to 16).")] = 3,
 ) -> None:
     """Start a local Kafka cluster in this process (librdkafka's mock cluster: the real Kafka
     protocol, in memory, nothing kept after it stops), print its bootstrap servers on stdout (the
@@ -82,7 +83,8 @@ def produce(
         "--key-field", envvar="CONSOLIDATOR_GROUP_KEY_FIELD",
         help="The message key is this field of the value (the group key); empty: no key.")] = "location_id",
     timeout_seconds: Annotated[float, typer.Option(
-        "--timeout-seconds", min=0.1, max=3600.0, help="Wait this long for every acknowledgement.")] = 30.0,
+        "--timeout-seconds", parser=bounded(0.1, 3600, " seconds"),
+        help="Wait this long for every acknowledgement (0.1 to 3,600 s).")] = 30.0,
     as_json: JsonOption = False,
 ) -> None:
     """Produce a JSON-lines file of event values to a Kafka topic, one message per non-blank line

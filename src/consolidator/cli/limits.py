@@ -14,10 +14,13 @@ from rich.table import Table
 from consolidator.cli.base import (
     EXIT_FAILED,
     JsonOption,
+    as_setting,
+    bounded,
     emit_json,
     guarded,
     load_settings,
     out,
+    reads,
     store_for,
     wall_clock_ms,
 )
@@ -40,24 +43,14 @@ def _group_key(value: str) -> str:
     return value
 
 
-def _period(value: float) -> float:
-    """The same bounds as CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS (finite, 1 ms to 7 days)."""
-    from consolidator.settings import check_setting
-
-    try:
-        return check_setting("rate_limit_period_seconds", value)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-
-@limits_app.command("set")
+@limits_app.command("set", cls=reads("CleanupSettings"))
 @guarded
 def set_limit(
     group_key: Annotated[str, typer.Argument(help=f"The group key, exactly as in the events (1 to {MAX_KEY_CHARS}"
                                                   " characters).", callback=_group_key)],
-    batches: Annotated[int, typer.Option("--batches", min=1, max=MAX_RATE_BATCHES,
-                                         help="At most this many batches ...")],
-    per: Annotated[float, typer.Option("--per", callback=_period, help="... in any window of this many seconds "
+    batches: Annotated[int, typer.Option("--batches", parser=bounded(1, MAX_RATE_BATCHES, integer=True),
+                                         help=f"At most this many batches (1 to {MAX_RATE_BATCHES:,}) ...")],
+    per: Annotated[float, typer.Option("--per", parser=as_setting("rate_limit_period_seconds"), help="... in any window of this many seconds "
                                        "(the bounds of CONSOLIDATOR_RATE_LIMIT_PERIOD_SECONDS).")],
     as_json: JsonOption = False,
 ) -> None:
@@ -71,7 +64,7 @@ def set_limit(
         out.print(f"{group_key}: at most {batches} batches per {per:g} s", highlight=False)
 
 
-@limits_app.command("list")
+@limits_app.command("list", cls=reads("LimitSettings"))
 @guarded
 def list_limits(as_json: JsonOption = False) -> None:
     """The per-group overrides and the default limit of this environment."""
@@ -93,7 +86,7 @@ def list_limits(as_json: JsonOption = False) -> None:
     out.print(table)
 
 
-@limits_app.command("clear")
+@limits_app.command("clear", cls=reads("CleanupSettings"))
 @guarded
 def clear_limit(
     group_key: Annotated[str, typer.Argument(help="The group whose override goes.")],

@@ -10,10 +10,12 @@ from rich.table import Table
 from consolidator.cli.base import (
     EXIT_FAILED,
     JsonOption,
+    bounded,
     emit_json,
     guarded,
     load_settings,
     out,
+    reads,
     say_error,
     store_for,
 )
@@ -27,7 +29,7 @@ def _rows(offsets) -> list[dict]:
              "ledger_high_water": o.ledger_high_water} for o in offsets]
 
 
-@offsets_app.command("list")
+@offsets_app.command("list", cls=reads("CleanupSettings"))
 @guarded
 def offsets_list(
     topic: Annotated[str | None, typer.Option(help="Only this topic.")] = None,
@@ -47,11 +49,12 @@ def offsets_list(
     out.print(table)
 
 
-@offsets_app.command("reset")
+@offsets_app.command("reset", cls=reads("CleanupSettings"))
 @guarded
 def offsets_reset(
     topic: Annotated[str, typer.Argument(help="The topic whose replay state is forgotten.")],
-    partition: Annotated[int | None, typer.Option(min=0, help="Only this partition.")] = None,
+    partition: Annotated[int | None, typer.Option(parser=bounded(0, 2**31 - 1, integer=True),
+                                                  help="Only this partition (0 or more).")] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
     as_json: JsonOption = False,
 ) -> None:

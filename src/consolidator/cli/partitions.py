@@ -10,10 +10,12 @@ from rich.table import Table
 from consolidator.cli.base import (
     EXIT_FAILED,
     JsonOption,
+    as_setting,
     emit_json,
     guarded,
     load_settings,
     out,
+    reads,
     say_error,
     store_for,
 )
@@ -54,7 +56,7 @@ def partitions_table(partitions: list[dict]) -> Table:
     return table
 
 
-@partitions_app.command("list")
+@partitions_app.command("list", cls=reads("CleanupSettings"))
 @guarded
 def partitions_list(as_json: JsonOption = False) -> None:
     """Partitions with row estimates, unsent rows and whether they are past the retention."""
@@ -67,11 +69,12 @@ def partitions_list(as_json: JsonOption = False) -> None:
         out.print(partitions_table(rows))
 
 
-@partitions_app.command("ensure")
+@partitions_app.command("ensure", cls=reads("CleanupSettings"))
 @guarded
 def partitions_ensure(
     ahead: Annotated[int | None, typer.Option(
-        min=1, help="Months ahead of this month (default CONSOLIDATOR_PARTITIONS_AHEAD).")] = None,
+        parser=as_setting("partitions_ahead"),
+        help="Months ahead of this month (default and bounds: CONSOLIDATOR_PARTITIONS_AHEAD).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Split MAXVALUE so every month through N months ahead has a partition (idempotent)."""
@@ -87,7 +90,7 @@ def partitions_ensure(
         out.print(f"created {', '.join(report.created) or 'nothing'}; partitions exist through {report.ensured_through}")
 
 
-@partitions_app.command("drop")
+@partitions_app.command("drop", cls=reads("CleanupSettings"))
 @guarded
 def partitions_drop(
     names: Annotated[list[str] | None, typer.Argument(help="Partitions to drop, e.g. p202601.")] = None,

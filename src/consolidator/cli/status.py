@@ -9,24 +9,27 @@ from rich.table import Table
 
 from consolidator.batch import iso_ms
 from consolidator.cli.base import (
+    MAX_LIST,
     JsonOption,
     age_text,
     app,
+    bounded,
     emit_json,
     guarded,
     load_settings,
     out,
+    reads,
     store_for,
     wall_clock_ms,
 )
 from consolidator.cli.partitions import cleanup_service, partition_rows, partitions_table
 
 
-@app.command()
+@app.command(cls=reads("CleanupSettings"))
 @guarded
 def status(
     as_json: JsonOption = False,
-    limit: Annotated[int, typer.Option(help="Show at most this many groups and batches.")] = 50,
+    limit: Annotated[int, typer.Option(parser=bounded(0, MAX_LIST, integer=True), help="Show at most this many groups and batches (0 to 100,000).")] = 50,
 ) -> None:
     """Pending rows and oldest age per group, throttled groups, claimed and dead batches, partitions."""
     s = load_settings("CleanupSettings")

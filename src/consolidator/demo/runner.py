@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.util
+import json
+import logging
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -33,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import consolidator
-from consolidator.demo.check import check
+from consolidator.demo.check import OutBatch, check
 from consolidator.demo.config import (
     INPUT_TOPIC,
     OUTPUT_TOPIC,
@@ -41,6 +42,7 @@ from consolidator.demo.config import (
     DemoError,
     DemoResult,
 )
+from consolidator.demo.logs import FunctionLogRouter, as_function
 from consolidator.demo.parts import (
     EventSourceEmulator,
     FlushScheduler,
@@ -162,13 +164,16 @@ def run_demo(config: DemoConfig | None = None, console: Console | None = None) -
     with environment(env):
         ingest = load_handler(root / "functions/ingest/handler.py", f"demo_ingest_handler_{id(config)}")
         flush = load_handler(root / "functions/flush/handler.py", f"demo_flush_handler_{id(config)}")
+        FunctionLogRouter({"ingest": ingest.logger, "flush": flush.logger}).install(  # stderr, own service
+            logging.WARNING if config.verbose else logging.CRITICAL)
         producer = SyntheticProducer(kafka.bootstrap, plan, gaps)
         producer.start()
         producer_started = time.monotonic()
         while not producer.produced and not producer.done.is_set():
             time.sleep(0.05)
-        emulator = EventSourceEmulator(kafka.bootstrap, kafka.partitions(INPUT_TOPIC), ingest.handler, config)
-        scheduler = FlushScheduler(flush.handler, config.flush_invocation_s)
+        emulator = EventSourceEmulator(kafka.bootstrap, kafka.partitions(INPUT_TOPIC),
+                                       as_function("ingest", ingest.handler), config)
+        scheduler = FlushScheduler(as_function("flush", flush.handler), config.flush_invocation_s)
         scheduler.start()
 
         def repair_dead_letter() -> None:
@@ -242,19 +247,52 @@ def run_demo(config: DemoConfig | None = None, console: Console | None = None) -
         "policy": {"debounce_s": config.debounce_s, "hard_window_s": config.hard_window_s,
                    "max_batch_size": config.max_batch_size, "tick_interval_s": config.tick_interval_s},
         "workdir": str(workdir),
+        "batches_file": str(write_batches(batches, workdir / "batches.jsonl")),
+        "dead_letter_file": str(dead_letter_path),
+        "sample_batch": sample_batch(batches),
     }
     print_summary(console, summary)
-    if result.passed and not config.verbose:
-        shutil.rmtree(workdir, ignore_errors=True)
-        summary["workdir"] = None
     del kafka
     return DemoResult(result, summary)
+
+
+def write_batches(batches: list[OutBatch], path: Path) -> Path:
+    """Every batch message read back, one JSON document a line, in the order read."""
+    with path.open("w", encoding="utf-8") as out:
+        for batch in batches:
+            out.write(json.dumps(batch.message, sort_keys=True) + "\n")
+    return path
+
+
+def sample_batch(batches: list[OutBatch]) -> dict | None:
+    """The batch to show: the smallest with more than one member (short enough to read whole,
+    and it shows items coalescing), else the smallest."""
+    if not batches:
+        return None
+    def size(batch: OutBatch) -> int:
+        return len(batch.message.get("members", []))
+
+    several = [b for b in batches if size(b) > 1]
+    return min(several or batches, key=size).message
 
 
 def _read_jsonl(path: Path) -> list[dict]:
     from consolidator import jsonlines
 
     return jsonlines.read(path)
+
+
+def batch_preview(message: dict, shown: int = 3) -> list[str]:
+    """One line per field of a batch message; a list shows its length and first ``shown`` entries."""
+    lines = []
+    for key, value in message.items():
+        if isinstance(value, list):
+            head = ", ".join(json.dumps(v, sort_keys=True) for v in value[:shown])
+            more = f", ... {len(value) - shown} more" if len(value) > shown else ""
+            lines.append(f"  {key} ({len(value)}): [{head}{more}]")
+        else:
+            lines.append(f"  {key}: {json.dumps(value)}")
+    return lines
 
 
 def print_summary(console: Console, s: dict) -> None:
@@ -287,6 +325,12 @@ def print_summary(console: Console, s: dict) -> None:
     policy = s["policy"]
     console.print(f"policy (scaled down): debounce {policy['debounce_s']}s, hard window {policy['hard_window_s']}s, "
                   f"max batch {policy['max_batch_size']}, tick {policy['tick_interval_s']}s")
+    if s["sample_batch"] is not None:
+        sample = s["sample_batch"]
+        console.print(f"one of the {s['batches_out']} batches (every batch is in {s['batches_file']}, whole; the"
+                      f" dead letter in {s['dead_letter_file']}):", highlight=False)
+        for line in batch_preview(sample):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     if s["passed"]:
         console.print("[bold green]invariant check passed[/]: every valid event is in exactly one batch id "
                       "(or coalesced into a newer one that is), every poison message is in the dead letter, "
@@ -296,5 +340,4 @@ def print_summary(console: Console, s: dict) -> None:
         console.print("[bold red]invariant check FAILED[/]")
         for problem in s["problems"]:
             console.print(f"  - {problem}", highlight=False, markup=False)
-        if s.get("workdir"):
-            console.print(f"work files kept in {s['workdir']}")
+        console.print(f"work files kept in {s['workdir']}", highlight=False)

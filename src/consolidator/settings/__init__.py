@@ -27,6 +27,7 @@ from consolidator.settings.base import (
     Seconds,
     SecondsOrOff,
     all_models,
+    field_range,
     known_variables,
 )
 from consolidator.settings.loading import NO_DATABASE as _NO_DATABASE
@@ -357,15 +358,7 @@ def setting_field(name: str) -> tuple[type, object]:
 
 def allowed_range(name: str) -> str:
     """The bounds of the number setting ``name``, e.g. ``0.001 <= x <= 2678400``."""
-    low = high = ""
-    for bound in setting_field(name)[1].metadata:
-        for attribute, text in (("ge", "{} <= "), ("gt", "{} < "), ("le", " <= {}"), ("lt", " < {}")):
-            if (number := getattr(bound, attribute, None)) is not None:
-                if attribute in ("ge", "gt"):
-                    low = text.format(number)
-                else:
-                    high = text.format(number)
-    return f"{low}x{high}"
+    return field_range(setting_field(name)[1])
 
 
 def check_setting(name: str, value: object) -> object:
@@ -375,7 +368,8 @@ def check_setting(name: str, value: object) -> object:
     annotation, info = setting_field(name)
     try:
         return TypeAdapter(Annotated[annotation, info]).validate_python(value)
-    except ValidationError:
+    except ValidationError as exc:
         shown = f"{value:g}" if isinstance(value, float) else repr(value)
-        raise ValueError(f"{shown} is out of range: allowed {allowed_range(name)}"
+        wrong = "is not a number" if exc.errors()[0]["type"].endswith("_parsing") else "is out of range"
+        raise ValueError(f"{shown} {wrong}: allowed {allowed_range(name)}"
                          f" (as {ENV_PREFIX}{name.upper()})") from None

@@ -70,3 +70,17 @@ def known_variables() -> set[str]:
     """The names of every ``CONSOLIDATOR_*`` variable some model or :data:`OTHER_VARIABLES` knows."""
     names = {ENV_PREFIX + name.upper() for model in all_models() for name in model.model_fields}
     return names | set(OTHER_VARIABLES)
+
+
+def field_range(info) -> str:
+    """The bounds of a number field (its ``FieldInfo``), e.g. ``0.001 <= x <= 2678400``; ``x``
+    when it has none."""
+    low = high = ""
+    for bound in info.metadata:
+        for attribute, text in (("ge", "{} <= "), ("gt", "{} < "), ("le", " <= {}"), ("lt", " < {}")):
+            if (number := getattr(bound, attribute, None)) is not None:
+                if attribute in ("ge", "gt"):
+                    low = text.format(number)
+                else:
+                    high = text.format(number)
+    return f"{low}x{high}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -44,10 +44,6 @@ def _parse(kind: str, url: str):
         raise ValueError(exc.errors()[0]["msg"]) from None
 
 
-def _query(url: str) -> dict[str, str]:
-    return {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
-
-
 def _scheme(url: str, allowed: tuple[str, ...]) -> str:
     scheme = url.partition("://")[0] if "://" in url else ""
     if scheme not in allowed:
@@ -77,8 +73,8 @@ def check_database_url(url: str) -> str:
 
     try:
         params = ConnectionParams.from_url(url)  # the parser the store uses: same acceptance
-    except ValueError:
-        raise ValueError("not a mysql:// URL the store can read") from None
+    except ValueError as exc:
+        raise ValueError(f"not a mysql:// URL the store can read: {exc}") from None
     if not params.database.replace("_", "").replace("-", "").replace("$", "").isalnum():
         raise ValueError("database name must be letters, digits, '_', '-' or '$'")
     if params.ssl_ca is not None and not Path(params.ssl_ca).is_file():
@@ -93,37 +89,93 @@ def check_redis_url(url: str) -> str:
     db = urlsplit(url).path.strip("/")
     if db and not (db.isdigit() and int(db) < 2**31):
         raise ValueError(f"the path must be a database number, got {db!r:.40}")
-    from redis.connection import parse_url
+    from redis.connection import ConnectionPool, parse_url
 
     try:
         parse_url(url)  # the parser redis-py uses
     except (ValueError, TypeError) as exc:
         raise ValueError(f"redis-py cannot read it: {str(exc)[:80]}") from None
+    try:  # an option redis-py passes on as it is fails only here (building a connection connects nothing)
+        ConnectionPool.from_url(url).make_connection()
+    except TypeError as exc:
+        unknown = re.search(r"argument '(\w+)'", str(exc))
+        raise ValueError(f"unknown {urlsplit(url).scheme}:// URL option {unknown[1] if unknown else '?'!r}") from None
     return url
 
 
+# The query options each sink URL takes (consolidator.sinks.sink_from_url reads them): any other
+# is refused, never ignored.
+SINK_OPTIONS = {"kafka": ("auth", "region", "max_message_bytes"), "sqs": (), "events": ("source", "detail_type"),
+                "file": ()}
+MAX_SINK_MESSAGE_BYTES = 100_000_000
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
+
+
+def _options(url: str, scheme: str, allowed: tuple[str, ...]) -> dict[str, str]:
+    """The URL's query options; an unknown or repeated one is refused, naming it and the known ones."""
+    pairs = parse_qsl(urlsplit(url).query, keep_blank_values=True)
+    for name, _ in pairs:
+        if name not in allowed:
+            known = f"it takes {', '.join(allowed)}" if allowed else "it takes none"
+            raise ValueError(f"unknown {scheme}:// URL option {name!r:.40} ({known})")
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{scheme}:// URL option given twice: {sorted({n for n in names if names.count(n) > 1})}")
+    return dict(pairs)
+
+
+def _kafka_options(url: str) -> None:
+    options = _options(url, "kafka", SINK_OPTIONS["kafka"])
+    if options.get("auth") not in (None, "iam"):
+        raise ValueError(f"kafka:// auth must be 'iam' when given, got {options['auth']!r:.40}")
+    if "region" in options:
+        if options.get("auth") != "iam":
+            raise ValueError("kafka:// region is used only with auth=iam (the IAM signing region)")
+        if not _REGION.fullmatch(options["region"]):
+            raise ValueError(f"kafka:// region must be an AWS region such as eu-west-1, got {options['region']!r:.40}")
+    limit = options.get("max_message_bytes")
+    if limit is not None and not (limit.isdigit() and 1 <= int(limit) <= MAX_SINK_MESSAGE_BYTES):
+        raise ValueError(f"kafka:// max_message_bytes={limit!r:.40} is out of range: allowed a whole number"
+                         f" of bytes from 1 to {MAX_SINK_MESSAGE_BYTES:,}")
+
+
+def _events_options(url: str) -> None:
+    options = _options(url, "events", SINK_OPTIONS["events"])
+    for name, most in (("source", 256), ("detail_type", 128)):  # EventBridge's PutEvents limits
+        if name in options and not 1 <= len(options[name]) <= most:
+            raise ValueError(f"events:// {name} of {len(options[name])} characters is out of range:"
+                             f" allowed 1 to {most}")
+
+
 def check_sink_url(url: str) -> str:
-    """kafka://servers/topic[?auth=iam&region=..], sqs://, events://bus[?source=..], file://path"""
+    """kafka://servers/topic[?auth=iam&region=..&max_message_bytes=N], sqs://,
+    events://bus[?source=..&detail_type=..], file://path; any other query option is refused."""
     scheme = _scheme(url, SINK_SCHEMES)
     if scheme == "kafka":
         path = _parse("kafka", url).path or ""
         if not re.fullmatch(r"/[A-Za-z0-9._-]{1,249}", path):
             raise ValueError("kafka:// URL needs servers and one topic: kafka://host:9092,host2:9092/topic")
-        if _query(url).get("auth") not in (None, "iam"):
-            raise ValueError("kafka:// auth must be 'iam' when given")
+        _kafka_options(url)
     elif scheme == "sqs":
         _sqs_url(url)
+        _options(url, scheme, SINK_OPTIONS["sqs"])
     elif scheme == "events":
         bus = urlsplit(url).netloc
         if not _EVENT_BUS.fullmatch(bus):
             raise ValueError("events:// URL needs an event bus name (letters, digits, / . _ -)")
+        _events_options(url)
     else:
         _file_url(url)
+        _options(url, scheme, SINK_OPTIONS["file"])
     return url
 
 
 def check_dead_letter_url(url: str) -> str:
-    return _sqs_url(url) if _scheme(url, DEAD_LETTER_SCHEMES) == "sqs" else _file_url(url)
+    """sqs://sqs.<region>.amazonaws.com/<account>/<queue> or file://path; no query options."""
+    scheme = _scheme(url, DEAD_LETTER_SCHEMES)
+    _sqs_url(url) if scheme == "sqs" else _file_url(url)
+    _options(url, scheme, ())
+    return url
 
 
 def _check_arn(arn: str) -> str:

@@ -25,6 +25,7 @@ from typing import Annotated
 
 import typer
 
+from consolidator.options import MARKUP_MODE, as_setting, bounded
 from consolidator.redact import masked
 from consolidator.spark.cli_options import (
     _SETTING,
@@ -48,17 +49,20 @@ from consolidator.spark.cli_options import (
     TtlOpt,
     _batch_cap,
     _candidates,
-    _finite_positive,
     _pairs,
     _rate,
     _settings,
     _source,
     _usage_error,
 )
+from consolidator.spark.cli_options import (
+    max_p95_seconds as _max_p95,
+)
 from consolidator.spark.shards import DEFAULT_SHARDS
 
 spark_app = typer.Typer(help="Spark jobs: streaming aggregator, policy replay, EMR Serverless.",
-                        no_args_is_help=True, add_completion=False)
+                        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                        rich_markup_mode=MARKUP_MODE)  # the help style of the rest of the CLI
 
 @spark_app.command()
 def stream(
@@ -72,10 +76,12 @@ def stream(
     debounce_seconds: DebounceOpt = None,
     hard_window_seconds: HardOpt = None,
     max_batch_size: SizeOpt = None,
-    trigger_ms: Annotated[int, typer.Option("--trigger-ms", min=1, max=86_400_000)] = 5_000,
+    trigger_ms: Annotated[int, typer.Option("--trigger-ms", parser=bounded(1, 86_400_000, " ms", integer=True),
+                                            help="Micro-batch interval (1 to 86,400,000 ms).")] = 5_000,
     starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
     max_offsets_per_trigger: Annotated[int | None, typer.Option(
-        "--max-offsets-per-trigger", min=1, max=10**12)] = None,
+        "--max-offsets-per-trigger", parser=bounded(1, 10**12, integer=True),
+        help="At most this many records per micro-batch (1 to 10^12).")] = None,
     source: SourceOpt = "auto",
     kafka_option: KafkaOpts = None,
     group_key_field: GroupField = None,
@@ -88,7 +94,7 @@ def stream(
     max_event_bytes: MaxBytes = None,
     master: MasterOpt = None,
     max_batch_bytes: Annotated[int | None, typer.Option(
-        "--max-batch-bytes", help="Cap on one batch message (default: the sink's per-message limit). "
+        "--max-batch-bytes", parser=as_setting("max_batch_bytes"), help="Cap on one batch message (default: the sink's per-message limit). "
                                   + _SETTING.format("MAX_BATCH_BYTES"))] = None,
     rate_limit_batches: RateBatchesOpt = None,
     rate_limit_period_seconds: RatePeriodOpt = None,
@@ -105,7 +111,7 @@ def stream(
              "each executor: no password in the job's arguments. "
              + _SETTING.format("COMPLETION_DATABASE_SECRET_ARN"))] = None,
     state_shards: Annotated[int, typer.Option(
-        "--state-shards", min=1, max=1_000_000,
+        "--state-shards", parser=bounded(1, 1_000_000, integer=True),
         help="State keys (shards of the group keys; at least the stateful stage's partitions); "
              "fixed for a checkpoint.")] = DEFAULT_SHARDS,
     input_path: Annotated[str | None, typer.Option(
@@ -114,13 +120,13 @@ def stream(
     input_format: Annotated[str, typer.Option("--format", help="Of --input: json or parquet.")] = "json",
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka, or the files of --input, in; batches to
-    the sink URL)."""
+    the sink URL). SIGTERM or Ctrl-C stops it after its current micro-batch, with one line naming
+    the offsets it stopped at (exit 0)."""
     from consolidator.settings import StreamSettings
 
     s = _settings(StreamSettings, locals(), rename={"bootstrap_servers": "kafka_bootstrap", "topic": "source_topic"})
     _source(s.kafka_bootstrap, s.source_topic, input_path, input_format)
-    from consolidator.spark.session import build_session, log_progress
-    from consolidator.spark.streaming import BatchWriter, StreamConfig, start
+    from consolidator.spark.streaming import StreamConfig
 
     cap = _batch_cap(s.sink_url, s.max_batch_bytes)
     config = StreamConfig(
@@ -133,20 +139,39 @@ def stream(
         tracking_database_secret_arn=s.completion_database_secret_arn, state_shards=state_shards,
         input_path=input_path, input_format=input_format, values=s.value_format_spec(),
     )
+    from consolidator.spark.stop import SignalStop
+
+    stopper = SignalStop()
+    stopper.install()  # a signal during Spark's start-up stops the query as soon as it runs
+    try:
+        _stream(stopper, config, s, checkpoint, input_path, master)
+    finally:
+        stopper.restore()
+
+
+def _stream(stopper, config, s, checkpoint: str, input_path: str | None, master: str | None) -> None:
+    """Start the streaming query and run it until it ends or ``stopper`` catches a signal."""
+    from consolidator.spark.session import build_session, log_progress
+    from consolidator.spark.stop import stop_line
+    from consolidator.spark.streaming import BatchWriter, start
+
     spark = build_session("consolidator-stream", master=master)
+    stopper.install()  # again: PySpark's SparkContext took SIGINT (it would cancel the running jobs)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # at INFO it logs every callback of every micro-batch
     log_progress(spark)  # one line per micro-batch on stderr
     writer = BatchWriter(s.sink_url, s.dead_letter_url, tracking_database_url=s.completion_database_url,
                          tracking_database_secret_arn=s.completion_database_secret_arn)
     query = start(spark, config, writer=writer)
     typer.echo(f"streaming {input_path or s.source_topic} -> {masked(s.sink_url)} (checkpoint {checkpoint});"
-               " Ctrl-C to stop", err=True)
+               " Ctrl-C or SIGTERM stops it after the current micro-batch", err=True)
     try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
+        caught = stopper.run(query)
     finally:
         writer.close()
+    if caught:
+        typer.echo(stop_line(query, caught), err=True)
+        spark.stop()
 
 
 def replay_grid(params: dict) -> tuple[list, object]:
@@ -220,7 +245,7 @@ def replay(
     member_payload: PayloadOpt = None,
     max_event_bytes: MaxBytes = None,
     max_p95_seconds: Annotated[float | None, typer.Option(
-        "--max-p95-seconds", callback=_finite_positive,
+        "--max-p95-seconds", parser=_max_p95,
         help="Recommend the policy with the best compaction within this p95 latency.")] = None,
     master: MasterOpt = None,
     rate_limit: Annotated[str | None, typer.Option(
@@ -300,8 +325,8 @@ def emr_submit(
         "--archive", help="File name of the environment archive under code/ (default: the one "
                           "`make emr-archive` builds for the construct's release).")] = None,
 ) -> None:
-    """Print (or with --submit, call) StartJobRun for the streaming job. Arguments after ``--``
-    go to ``stream`` (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...).
+    """Print (or with --submit, call) StartJobRun for the streaming job. Arguments after '--'
+    go to 'stream' (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...).
 
     A job's arguments are readable by anyone who may read the job run: a URL with a password is
     refused (exit 2; pass --completion-database-secret-arn instead), and what is printed has

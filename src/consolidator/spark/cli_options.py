@@ -4,19 +4,20 @@ starts."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 
+from consolidator.options import as_setting, bounded
+
 _SETTING = "Default: $CONSOLIDATOR_{}, else the settings' default."
-DebounceOpt = Annotated[float | None, typer.Option("--debounce-seconds", help=_SETTING.format("DEBOUNCE_SECONDS"))]
-HardOpt = Annotated[float | None, typer.Option("--hard-window-seconds",
+DebounceOpt = Annotated[float | None, typer.Option("--debounce-seconds", parser=as_setting("debounce_seconds"), help=_SETTING.format("DEBOUNCE_SECONDS"))]
+HardOpt = Annotated[float | None, typer.Option("--hard-window-seconds", parser=as_setting("hard_window_seconds"),
                                                help=_SETTING.format("HARD_WINDOW_SECONDS"))]
-SizeOpt = Annotated[int | None, typer.Option("--max-batch-size", help=_SETTING.format("MAX_BATCH_SIZE"))]
+SizeOpt = Annotated[int | None, typer.Option("--max-batch-size", parser=as_setting("max_batch_size"), help=_SETTING.format("MAX_BATCH_SIZE"))]
 TickOpt = Annotated[float | None, typer.Option(
-    "--tick-interval-seconds", help="Replay tick grid (the flush function's tick). "
+    "--tick-interval-seconds", parser=as_setting("tick_interval_seconds"), help="Replay tick grid (the flush function's tick). "
                                     + _SETTING.format("TICK_INTERVAL_SECONDS"))]
 MasterOpt = Annotated[str | None, typer.Option(
     "--master", help="e.g. local[2]; leave unset under spark-submit / EMR.")]
@@ -31,13 +32,14 @@ AggregateOpt = Annotated[str | None, typer.Option(
     "--aggregate", help="The batch's outputs: JSON list inline or a file path. " + _SETTING.format("AGGREGATE"))]
 PayloadOpt = Annotated[str | None, typer.Option(
     "--member-payload", help="none, full or a JSON list of paths. " + _SETTING.format("MEMBER_PAYLOAD"))]
-MaxBytes = Annotated[int | None, typer.Option("--max-event-bytes", help=_SETTING.format("MAX_EVENT_BYTES"))]
+MaxBytes = Annotated[int | None, typer.Option("--max-event-bytes", parser=as_setting("max_event_bytes"),
+                                              help=_SETTING.format("MAX_EVENT_BYTES"))]
 RateBatchesOpt = Annotated[int | None, typer.Option(
-    "--rate-limit-batches", help="Batches per group per period; 0: none. " + _SETTING.format("RATE_LIMIT_BATCHES"))]
+    "--rate-limit-batches", parser=as_setting("rate_limit_batches"), help="Batches per group per period; 0: none. " + _SETTING.format("RATE_LIMIT_BATCHES"))]
 RatePeriodOpt = Annotated[float | None, typer.Option(
-    "--rate-limit-period-seconds", help=_SETTING.format("RATE_LIMIT_PERIOD_SECONDS"))]
+    "--rate-limit-period-seconds", parser=as_setting("rate_limit_period_seconds"), help=_SETTING.format("RATE_LIMIT_PERIOD_SECONDS"))]
 TtlOpt = Annotated[float | None, typer.Option(
-    "--event-ttl-seconds", help="Event time-to-live; 0: off. " + _SETTING.format("EVENT_TTL_SECONDS"))]
+    "--event-ttl-seconds", parser=as_setting("event_ttl_seconds"), help="Event time-to-live; 0: off. " + _SETTING.format("EVENT_TTL_SECONDS"))]
 KafkaOpts = Annotated[list[str] | None, typer.Option(
     "--kafka-option", help="key=value passed to the Kafka reader (e.g. kafka.security.protocol=SSL).")]
 
@@ -135,7 +137,5 @@ def _rate(value: str) -> tuple[int, float | None]:
     return int(batches), float(seconds)
 
 
-def _finite_positive(value: float | None) -> float | None:
-    if value is not None and not (math.isfinite(value) and 0 < value <= 10 * 365 * 86_400):
-        raise typer.BadParameter(f"must be a number of seconds in (0, {10 * 365 * 86_400}], got {value}")
-    return value
+MAX_P95_SECONDS = 10 * 365 * 86_400
+max_p95_seconds = bounded(0.001, MAX_P95_SECONDS, " seconds")  # the parser of `replay --max-p95-seconds`

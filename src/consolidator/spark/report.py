@@ -16,6 +16,20 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from consolidator.spark.report_chart import render_chart
+from consolidator.spark.report_choice import (
+    TIE_TOLERANCE,
+    dominated,
+    near_ties,
+    recommend,
+    short_ids,
+)
+
+__all__ = ["InputSummary", "PolicyFigures", "compute_figures", "describe_input", "recommend", "render_chart",
+           "render_html", "render_markdown", "write_report"]
+WORST_GROUPS = 3  # groups shown per policy: the highest p95 latency
+TIE_PERCENT = f"{TIE_TOLERANCE:.0%}"
+
 SIZE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)  # upper bounds (inclusive)
 
 
@@ -60,6 +74,8 @@ class PolicyFigures:
     held_back_p50_ms: float = 0.0
     held_back_p95_ms: float = 0.0
     held_back_max_ms: int = 0
+    # the groups with the highest p95 latency: {"group_key", "latency_p95_ms", "latency_max_ms", "batches"}
+    worst_groups: tuple[dict, ...] = ()
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -93,15 +109,9 @@ def describe_input(records_df, result, source: str) -> InputSummary:
     return InputSummary(source, files, int(span["n"]), groups, span["first"], span["last"])
 
 
-def recommend(figures: Sequence[PolicyFigures], max_p95_ms: float) -> PolicyFigures | None:
-    """The policy with the best compaction whose p95 latency is within ``max_p95_ms`` (ties: lower
-    p95, then name); None when no policy meets the bound."""
-    within = [f for f in figures if f.batches_out and f.latency_p95_ms <= max_p95_ms]
-    return min(within, key=lambda f: (-f.compaction_ratio, f.latency_p95_ms, f.policy), default=None)
-
-
 def compute_figures(result, policies) -> list[PolicyFigures]:
     """Figures of a :func:`consolidator.spark.replay.replay` result (cache it first: several passes)."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from consolidator.spark.replay import BATCH, DEAD_LETTER, EXPIRED, SUMMARY
@@ -128,6 +138,15 @@ def compute_figures(result, policies) -> list[PolicyFigures]:
             .where(F.col("h") > 0).groupBy("policy").agg(
                 F.count("*").alias("n"), F.percentile("h", F.array(F.lit(0.5), F.lit(0.95))).alias("p"),
                 F.max("h").alias("max")).collect()}
+    worst: dict[str, list[dict]] = {}
+    for r in (batches.select("policy", "group_key", "batch_id", F.explode("latencies_ms").alias("l"))
+              .groupBy("policy", "group_key").agg(F.percentile("l", F.lit(0.95)).alias("p95"),
+                                                  F.max("l").alias("max"), F.countDistinct("batch_id").alias("n"))
+              .withColumn("rank", F.row_number().over(
+                  Window.partitionBy("policy").orderBy(F.desc("p95"), F.desc("max"), "group_key")))
+              .where(F.col("rank") <= WORST_GROUPS).orderBy("policy", "rank").collect()):
+        worst.setdefault(r["policy"], []).append({"group_key": r["group_key"], "latency_p95_ms": _pct(r["p95"]),
+                                                  "latency_max_ms": int(r["max"]), "batches": int(r["n"])})
     reasons: dict[str, dict[str, int]] = {}
     for r in batches.groupBy("policy", "reason").count().collect():
         reasons.setdefault(r["policy"], {})[r["reason"]] = r["count"]
@@ -178,6 +197,7 @@ def compute_figures(result, policies) -> list[PolicyFigures]:
             held_back_p50_ms=_pct(wait["p"][0]) if wait else 0.0,
             held_back_p95_ms=_pct(wait["p"][1]) if wait else 0.0,
             held_back_max_ms=int(wait["max"]) if wait else 0,
+            worst_groups=tuple(worst.get(named.name, ())),
         ))
     return figures
 
@@ -224,9 +244,18 @@ def recommendation_text(figures: Sequence[PolicyFigures], max_p95_ms: float | No
         fastest = min(figures, key=lambda f: f.latency_p95_ms)
         return (f"No policy keeps p95 latency within {_seconds(max_p95_ms)}; the lowest p95 is "
                 f"`{fastest.policy}` ({_seconds(fastest.latency_p95_ms)}).")
-    return (f"Recommended for p95 latency <= {_seconds(max_p95_ms)}: `{best.policy}`: compaction "
+    ids = short_ids(figures)
+    text = (f"Recommended for p95 latency <= {_seconds(max_p95_ms)}: {ids[best.policy]} `{best.policy}`: compaction "
             f"{best.compaction_ratio:.2f}, p95 latency {_seconds(best.latency_p95_ms)} (the best compaction "
             "among the policies within the bound).")
+    ties = near_ties(figures, best, max_p95_ms)
+    if ties:
+        others = ", ".join(f"{ids[f.policy]} `{f.policy}` (compaction {f.compaction_ratio:.2f}, p95 "
+                           f"{_seconds(f.latency_p95_ms)})" for f in ties)
+        text += (f" Near tie: {others} {'is' if len(ties) == 1 else 'are'} within {TIE_PERCENT} of its compaction"
+                 " and also within the bound, so the figures barely separate them: choose on what they do not"
+                 " measure (a shorter debounce reacts sooner, a smaller batch is cheaper to retry).")
+    return text
 
 
 _ROWS = (
@@ -268,14 +297,35 @@ def render_markdown(figures: Sequence[PolicyFigures], source: InputSummary | Non
     advice = recommendation_text(figures, max_p95_ms)
     if advice:
         lines += ["## Recommendation", "", advice, ""]
-    lines += ["## Policies", "", NAME_HELP, "", GLOSSARY, ""]
-    lines.append("| | " + " | ".join(f"`{f.policy}`" for f in figures) + " |")
-    lines.append("|---|" + "---|" * len(figures))
+    if chart_name:
+        lines += [f"![p95 latency against compaction, one point per policy]({chart_name})", ""]
+    lines += ["## Policies", "", NAME_HELP, "", GLOSSARY, "", "| id | policy | dominated by |", "|---|---|---|"]
+    lines += [f"| {ident} | `{name}` | {by} |" for ident, name, by in _key(figures)]
+    lines += ["", "| | " + " | ".join(short_ids(figures).values()) + " |", "|---|" + "---|" * len(figures)]
     for label, cell in _ROWS:
         lines.append(f"| {label} | " + " | ".join(cell(f) for f in figures) + " |")
-    if chart_name:
-        lines += ["", f"![p95 latency against compaction, one point per policy]({chart_name})"]
+    lines += ["", "## Worst groups", "", WORST_HELP, "", "| id | group | p95 latency | max latency | batches |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {ident} | `{g}` | {p95} | {top} | {n} |" for ident, g, p95, top, n in _worst_rows(figures)]
     return "\n".join(lines) + "\n"
+
+
+DOMINATED_HELP = ("A policy is dominated when another one has at least its compaction and at most its p95 latency "
+                  "(better on one, no worse on the other): there is no reason to choose it.")
+WORST_HELP = (f"Per policy, the {WORST_GROUPS} groups with the highest p95 latency: where a policy's "
+              "latency comes from (a hot group held to its hard window, a group throttled by its rate limit).")
+
+
+def _key(figures: Sequence[PolicyFigures]) -> list[tuple[str, str, str]]:
+    """(short id, policy name, the id of a policy that dominates it or '-') per policy."""
+    ids, beaten = short_ids(figures), dominated(figures)
+    return [(ids[f.policy], f.policy, ids[beaten[f.policy]] if f.policy in beaten else "-") for f in figures]
+
+
+def _worst_rows(figures: Sequence[PolicyFigures]) -> list[tuple[str, str, str, str, str]]:
+    ids = short_ids(figures)
+    return [(ids[f.policy], g["group_key"], _seconds(g["latency_p95_ms"]), _seconds(g["latency_max_ms"]),
+             f"{g['batches']:,}") for f in figures for g in f.worst_groups]
 
 
 def _code(text: str) -> str:
@@ -286,7 +336,7 @@ def _code(text: str) -> str:
 
 def render_html(figures: Sequence[PolicyFigures], source: InputSummary | None = None,
                 max_p95_ms: float | None = None, chart_name: str | None = "chart.png") -> str:
-    head = "".join(f"<th><code>{html.escape(f.policy)}</code></th>" for f in figures)
+    head = "".join(f"<th>{ident}</th>" for ident in short_ids(figures).values())
     body = "".join(
         f"<tr><th>{html.escape(label)}</th>" + "".join(f"<td>{html.escape(cell(f))}</td>" for f in figures) + "</tr>"
         for label, cell in _ROWS
@@ -301,61 +351,24 @@ def render_html(figures: Sequence[PolicyFigures], source: InputSummary | None = 
     if chart_name:
         sections.append(f'<p><img src="{html.escape(chart_name)}" '
                         'alt="p95 latency against compaction, one point per policy"></p>')
-    sections.append(f"<h2>Policies</h2><p>{_code(NAME_HELP)}</p><p>{_code(GLOSSARY)}</p>")
+    key = "".join(f"<tr><th>{i}</th><td class=\"name\"><code>{html.escape(n)}</code></td><td>{by}</td></tr>"
+                  for i, n, by in _key(figures))
+    sections.append(f"<h2>Policies</h2><p>{_code(NAME_HELP)}</p><p>{_code(GLOSSARY)}</p>"
+                    f"<p>{_code(DOMINATED_HELP)}</p><table><tr><th>id</th><th>policy</th><th>dominated by</th></tr>"
+                    f"{key}</table><p></p><table><tr><th></th>{head}</tr>{body}</table>")
+    worst = "".join(f"<tr><th>{i}</th><td class=\"name\"><code>{html.escape(g)}</code></td><td>{p95}</td>"
+                    f"<td>{top}</td><td>{n}</td></tr>" for i, g, p95, top, n in _worst_rows(figures))
+    sections.append(f"<h2>Worst groups</h2><p>{_code(WORST_HELP)}</p><table><tr><th>id</th><th>group</th>"
+                    f"<th>p95 latency</th><th>max latency</th><th>batches</th></tr>{worst}</table>")
     return (
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Replay report</title>"
         "<style>body{font-family:sans-serif;max-width:1100px;margin:1em auto}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}table{border-collapse:collapse}"
+        "td.name{text-align:left;white-space:nowrap}tr th:first-child{text-align:left;white-space:nowrap}"
+        "img{max-width:100%}"
         ".advice{background:#eef6ee;border-left:4px solid #3a7d44;padding:6px 10px}</style></head>"
-        "<body><h1>Replay report</h1>" + "".join(sections)
-        + f"<table><tr><th></th>{head}</tr>{body}</table></body></html>\n"
+        "<body><h1>Replay report</h1>" + "".join(sections) + "</body></html>\n"
     )
-
-
-def render_chart(figures: Sequence[PolicyFigures], path: Path, max_p95_ms: float | None = None) -> Path:
-    """p95 latency (s) against compaction (events per batch), one labelled point per policy,
-    each hard window as a dashed reference line, ``max_p95_ms`` as a dotted one, the
-    recommended policy circled."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axis = plt.subplots(figsize=(9, 5.5))
-    xs = [f.compaction_ratio for f in figures]
-    ys = [f.latency_p95_ms / 1000 for f in figures]
-    axis.scatter(xs, ys, color="#4c72b0", zorder=3)
-    labels: dict[tuple[float, float], list[str]] = {}  # policies with equal figures share a point
-    for f, x, y in zip(figures, xs, ys, strict=True):
-        labels.setdefault((x, y), []).append(f.policy)
-    for (x, y), names in labels.items():
-        axis.annotate("\n".join(names), (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8,
-                      va="bottom")
-    for hard in sorted({f.hard_window_ms for f in figures}):
-        axis.axhline(hard / 1000, color="#c44e52", linestyle="--", linewidth=1)
-        axis.annotate(f"hard window {hard / 1000:g} s", (0, hard / 1000), xycoords=("axes fraction", "data"),
-                      textcoords="offset points", xytext=(4, 3), fontsize=8, color="#c44e52")
-    if max_p95_ms is not None:
-        axis.axhline(max_p95_ms / 1000, color="#3a7d44", linestyle=":", linewidth=1.2)
-        axis.annotate(f"--max-p95 {max_p95_ms / 1000:g} s", (1, max_p95_ms / 1000),
-                      xycoords=("axes fraction", "data"), textcoords="offset points", xytext=(-4, 3),
-                      ha="right", fontsize=8, color="#3a7d44")
-        best = recommend(figures, max_p95_ms)
-        if best is not None:
-            axis.scatter([best.compaction_ratio], [best.latency_p95_ms / 1000], s=220, facecolors="none",
-                         edgecolors="#3a7d44", linewidths=2, zorder=4, label=f"recommended: {best.policy}")
-            axis.legend(loc="lower right", fontsize=8)
-    axis.set_xlabel("compaction (events per batch)")
-    axis.set_ylabel("p95 latency (s, flushed_at - first_seen)")
-    axis.set_title("Replay: p95 latency against compaction, one point per policy")
-    axis.set_ylim(bottom=0, top=max(ys + [f.hard_window_ms / 1000 for f in figures]) * 1.15 or 1)
-    axis.set_xlim(left=0, right=max(xs + [1.0]) * 1.35)
-    axis.grid(True, alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
 
 
 def write_report(figures: Sequence[PolicyFigures], out_dir: Path, source: InputSummary | None = None,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Self
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pymysql
 import pymysql.cursors
@@ -42,6 +42,8 @@ _CONFLICT_CODES = {1205, 1213}  # lock wait timeout, deadlock: the transaction w
 NO_SUCH_TABLE = 1146  # ER_NO_SUCH_TABLE: schema_migrations is missing in a database never migrated
 SSL_NOT_OFFERED = 2026  # CR_SSL_CONNECTION_ERROR: TLS required, the server does not offer it
 RDS_CA_BUNDLE = Path(__file__).with_name("certs") / "rds-ca-bundle.pem"
+URL_OPTIONS = ("ssl", "ssl_ca")  # the query options of a mysql:// URL; any other is refused
+SSL_ON, SSL_OFF = ("true", "1", "required"), ("false", "0")
 
 
 def tls_context(ca_file: str | Path | None) -> ssl.SSLContext:
@@ -69,11 +71,25 @@ class ConnectionParams:
     @classmethod
     def from_url(cls, url: str) -> ConnectionParams:
         """``mysql://user:password@host:port/database?ssl=true&ssl_ca=/path/ca.pem``: ``ssl=true``
-        verifies against the RDS CA bundle, ``ssl_ca`` against that file."""
+        verifies against the RDS CA bundle, ``ssl_ca`` against that file. Any other option, a
+        repeated one, or an ``ssl`` value other than true/false/1/0/required is refused
+        (ValueError naming it): an option the connection would ignore (``sslmode=require``,
+        ``ssl=maybe``) would leave the connection in plaintext while its author believes TLS is on."""
         parts = urlsplit(url)
         if parts.scheme != "mysql" or not parts.hostname:
             raise ValueError(f"not a mysql:// URL with a host: {masked(url)!r}")
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        for name, _ in pairs:
+            if name not in URL_OPTIONS:
+                raise ValueError(f"unknown mysql:// URL option {name!r:.40} (it takes {', '.join(URL_OPTIONS)})")
+        query = dict(pairs)
+        if len(query) != len(pairs):
+            raise ValueError("a mysql:// URL option is given twice")
+        ssl_text = query.get("ssl", "false").lower()
+        if ssl_text not in SSL_ON + SSL_OFF:
+            raise ValueError(f"mysql:// URL option ssl={query['ssl']!r:.40} is not one of {', '.join(SSL_ON + SSL_OFF)}")
+        if "ssl_ca" in query and (not query["ssl_ca"] or ssl_text in SSL_OFF and "ssl" in query):
+            raise ValueError("mysql:// URL option ssl_ca needs a CA file path and turns TLS on (not with ssl=false)")
         return cls(
             host=parts.hostname,
             port=parts.port or 3306,
@@ -81,7 +97,7 @@ class ConnectionParams:
             password=unquote(parts.password or ""),
             database=parts.path.lstrip("/") or "consolidator",
             ssl_ca=query.get("ssl_ca"),
-            ssl=query.get("ssl", "false").lower() in ("1", "true", "required") or "ssl_ca" in query,
+            ssl=ssl_text in SSL_ON or "ssl_ca" in query,
         )
 
     @classmethod

@@ -8,6 +8,8 @@ Guarantees:
 - :func:`create_owned_database` creates a database that does not exist yet and writes an
   ownership marker into it: one row naming the creating tool in the table ``consolidator_created_by``.
   It never takes over a database that exists.
+- :func:`create_owned_database_if_missing` does the same unless the database exists (``consolidator
+  db migrate --create``), and changes nothing in an existing one.
 - :func:`drop_owned_database` drops a database only when its marker names the same tool. A
   database without the marker (anything the tool did not create: an application's database, a
   production buffer migrated by ``consolidator db migrate``) or with another tool's marker is
@@ -24,7 +26,7 @@ from collections.abc import Iterator
 import pymysql
 
 from consolidator.errors import DatabaseNotOwned, StoreError, StoreUnavailable
-from consolidator.store.connection import ConnectionParams
+from consolidator.store.connection import ConnectionParams, tls_context
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 MARKER_TABLE = "consolidator_created_by"
@@ -49,7 +51,8 @@ def _server(params: ConnectionParams) -> Iterator[pymysql.cursors.Cursor]:
     """A cursor on the server of ``params``, connected to no database."""
     try:
         connection = pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
-                                     connect_timeout=5, autocommit=True)
+                                     connect_timeout=5, autocommit=True,
+                                     ssl=tls_context(params.ssl_ca) if params.ssl else None)
     except pymysql.err.MySQLError as exc:
         raise StoreUnavailable(f"database server {params.host}:{params.port} unavailable: {exc}") from exc
     try:
@@ -96,6 +99,17 @@ def create_owned_database(params: ConnectionParams, creator: str, now_ms: int) -
         except pymysql.err.MySQLError:
             cur.execute(f"DROP DATABASE `{name}`")  # created a moment ago by this call, still empty
             raise
+
+
+def create_owned_database_if_missing(params: ConnectionParams, creator: str, now_ms: int) -> bool:
+    """Create ``params.database`` as :func:`create_owned_database` does unless it exists (False
+    then: whoever made it, it is left as it is)."""
+    name = _checked_name(params.database, "create")
+    with _server(params) as cur:
+        if _exists(cur, name):
+            return False
+    create_owned_database(params, creator, now_ms)
+    return True
 
 
 def drop_owned_database(params: ConnectionParams, creator: str) -> bool:
