@@ -19,8 +19,9 @@ from consolidator.batch import load_schema, schema_name
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_example(name: str, database_url: str, tmp_path: Path, monkeypatch) -> tuple[list[dict], list[dict]]:
-    """The example's batches and dead-letter entries, as its README steps produce them."""
+def run_example(name: str, database_url: str, tmp_path: Path, monkeypatch) -> tuple[list[dict], list[dict], dict]:
+    """The example's batches and dead-letter entries, as its README steps produce them, and the
+    environment the commands ran with."""
     for variable in [v for v in os.environ if v.startswith("CONSOLIDATOR_")]:
         monkeypatch.delenv(variable)
     monkeypatch.chdir(ROOT)  # the settings name their spec files relative to the repository root
@@ -43,7 +44,7 @@ def run_example(name: str, database_url: str, tmp_path: Path, monkeypatch) -> tu
     for message in batches:
         jsonschema.Draft202012Validator(load_schema(schema_name(message)),
                                         format_checker=jsonschema.FormatChecker()).validate(message)
-    return batches, [m for m in read if "kind" in m]
+    return batches, [m for m in read if "kind" in m], env
 
 
 @pytest.fixture
@@ -52,7 +53,9 @@ def example(store, database_url, tmp_path, monkeypatch):
 
 
 def test_latest_event_per_user_per_tenant(example):
-    batches, dead = example("latest-per-user")
+    """The new user's path end to end (issue 25): a tenant-shaped JSON-lines file through
+    ``ingest --file`` and ``flush --once``, then ``batch show`` of what was published."""
+    batches, dead, env = example("latest-per-user")
     by_tenant = {m["group_key"]: m for m in batches}
     assert dead == [] and set(by_tenant) == {"acme", "globex"}
     acme = by_tenant["acme"]
@@ -62,9 +65,14 @@ def test_latest_event_per_user_per_tenant(example):
     assert acme["members"][1]["event"]["props"] == {"amount": 49.5}  # the event itself, not base64
     assert [m["item_id"] for m in by_tenant["globex"]["members"]] == ["u7", "42"]  # 42: its decimal text
 
+    shown = cli_json(env, "batch", "show", acme["batch_id"])
+    assert (shown["group_key"], shown["state"], shown["tracked"]) == ("acme", "SENT", False)
+    assert [(m["item_id"], m["offset"], m["event"]) for m in shown["members"]] == [
+        (m["item_id"], m["offset"], m["event"]) for m in acme["members"]]
+
 
 def test_sensor_readings_min_max_count_per_device(example):
-    batches, dead = example("sensors")
+    batches, dead, _ = example("sensors")
     by_device = {m["group_key"]: m["aggregates"] for m in batches}
     assert by_device == {"boiler-1": {"readings": 3, "low": 58.75, "high": 64, "latest": 58.75},
                          "fridge-3": {"readings": 2, "low": 3.5, "high": 4.25, "latest": 3.5}}
@@ -72,7 +80,7 @@ def test_sensor_readings_min_max_count_per_device(example):
 
 
 def test_the_orders_reference(example):
-    batches, dead = example("orders")
+    batches, dead, _ = example("orders")
     by_warehouse = {m["group_key"]: m for m in batches}
     assert by_warehouse["WH-1"]["schema_version"] == 1
     assert by_warehouse["WH-1"]["items"] == [{"sku": "SKU-1", "quantity": 8}]  # A001's newest event counts
