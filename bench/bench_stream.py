@@ -197,7 +197,8 @@ def run_session_window(spark, directory: Path, workdir: Path, files: int, files_
 
 def run_aggregator(spark, directory: Path, workdir: Path, files: int, files_per_trigger: int,
                    policy: Policy, events: int, shards: int = DEFAULT_SHARDS, names: FieldNames | None = None) -> dict:
-    from consolidator.spark.streaming import BatchWriter, aggregate
+    from consolidator.spark.delivery import BatchWriter
+    from consolidator.spark.streaming import aggregate
     from consolidator.spark.transforms import records
 
     checkpoint, out = workdir / "ckpt-aggregator", workdir / "batches.jsonl"
@@ -252,7 +253,8 @@ def run_ceiling(spark, directory: Path, workdir: Path, files_per_trigger: int, e
     """The aggregator's query (decode, records packed per shard, ``transformWithStateInPandas``,
     writer) with a processor that drops its input: the framework's own cost."""
     from consolidator.events import FieldNames
-    from consolidator.spark.streaming import OUTPUT_SCHEMA, BatchWriter, by_shard
+    from consolidator.spark.delivery import BatchWriter
+    from consolidator.spark.streaming import OUTPUT_SCHEMA, by_shard
     from consolidator.spark.transforms import records
 
     checkpoint = workdir / "ckpt-ceiling"

@@ -16,7 +16,7 @@ from consolidator.events import FieldNames, decode
 from consolidator.policy import FlushReason
 from consolidator.services.acks import AckService
 from consolidator.sinks import sink_from_url
-from consolidator.spark.streaming import BATCH, close_destinations, deliver_partition
+from consolidator.spark.delivery import BATCH, close_destinations, deliver_partition
 
 
 def tracked_message(group: str, offsets: range) -> dict:

@@ -14,7 +14,8 @@ import pytest
 from consolidator.batch import batch_id
 from consolidator.events import SourcePosition
 from consolidator.policy import Policy
-from consolidator.spark.streaming import BatchWriter, StreamConfig, start
+from consolidator.spark.delivery import BatchWriter
+from consolidator.spark.streaming import StreamConfig, start
 
 pytestmark = pytest.mark.spark
 

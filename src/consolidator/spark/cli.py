@@ -151,9 +151,10 @@ def stream(
 
 def _stream(stopper, config, s, checkpoint: str, input_path: str | None, master: str | None) -> None:
     """Start the streaming query and run it until it ends or ``stopper`` catches a signal."""
+    from consolidator.spark.delivery import BatchWriter
     from consolidator.spark.session import build_session, log_progress
     from consolidator.spark.stop import stop_line
-    from consolidator.spark.streaming import BatchWriter, start
+    from consolidator.spark.streaming import start
 
     spark = build_session("consolidator-stream", master=master)
     stopper.install()  # again: PySpark's SparkContext took SIGINT (it would cancel the running jobs)

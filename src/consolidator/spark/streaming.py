@@ -22,7 +22,7 @@ Guarantees:
   republishes the same batch ids (ids depend only on group key and member positions);
 - nothing lost: a micro-batch commits only after the sink and the dead-letter destination
   confirmed every write, each partition publishing from its own executor
-  (:class:`BatchWriter` raises otherwise and the query stops);
+  (:class:`~consolidator.spark.delivery.BatchWriter` raises otherwise and the query stops);
 - S1 needs no position ledger here: Kafka positions are unique and Spark's checkpoint feeds
   each offset range to the state exactly once; duplicates inside one micro-batch are ignored.
 """
@@ -33,16 +33,16 @@ import dataclasses
 import functools
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from consolidator.batch import build_message, encode
-from consolidator.errors import DeliveryError
 from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
 from consolidator.policy import Policy
 from consolidator.sinks.deadletter import expired_entry, poison_entry
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
 from consolidator.spark.columnar import is_plain, parse_items
+from consolidator.spark.delivery import BATCH, BatchWriter
 from consolidator.spark.packing import PACKED_SCHEMA, pack, unpack
 from consolidator.spark.pending import PendingTable
 from consolidator.spark.shards import DEFAULT_SHARDS, POISON_SHARD, Shard, check_shards
@@ -53,7 +53,7 @@ OUTPUT_SCHEMA = "kind string, group_key string, batch_id string, reason string, 
 #: :meth:`~consolidator.spark.shards.Shard.dump`), the timer registered for it and the number of
 #: shards it was written with.
 SHARD_STATE_SCHEMA = "groups string, timer_ms long, shards int, rows binary"
-BATCH, DEAD_LETTER, EXPIRED = "batch", "dead_letter", "expired"
+DEAD_LETTER, EXPIRED = "dead_letter", "expired"
 DEFAULT_NAMES = FieldNames()
 DEFAULT_POLICY = Policy()
 
@@ -242,115 +242,6 @@ def packed_records(records_df, names: FieldNames, max_event_bytes: int, shards: 
         F.when(ok, F.pmod(F.xxhash64(F.col("_fast.group_key")), F.lit(shards)).cast("int")).alias("shard"))
     packing = functools.partial(pack, names=names, max_event_bytes=max_event_bytes, shards=shards, values=values)
     return staged.mapInArrow(packing, PACKED_SCHEMA)
-
-
-_DESTINATIONS: dict[tuple[str, object], object] = {}  # per Python worker: producers outlive a task
-
-
-def _open(kind: str, url, opener: Callable):
-    """One sink / dead-letter client per URL and worker process (Kafka producers are costly)."""
-    client = _DESTINATIONS.get((kind, url))
-    if client is None:
-        client = _DESTINATIONS[(kind, url)] = opener(url)
-    return client
-
-
-def deliver_partition(rows: Iterable, *, sink_url: str, dead_letter_url: str, epoch_id: int,
-                      sink_opener: Callable | None = None, chunk: int = 500,
-                      tracking_database_url: str | None = None,
-                      tracking_database_secret_arn: str | None = None) -> None:
-    """Publish one partition of a micro-batch's output from the executor holding it: batches to
-    the sink, dead letters to the dead-letter destination, ``chunk`` at a time. Raises
-    :class:`DeliveryError` unless every write is confirmed, which fails the task (Spark retries
-    it, then fails the micro-batch; the same rows, with the same batch ids, go out again).
-    With ``tracking_database_url`` and/or ``tracking_database_secret_arn`` every batch is sealed
-    in that database (completion tracking, the Lambda path's trackers; the two resolve as in
-    :func:`consolidator.store.open_store`: the secret gives the credentials, read by the executor
-    from Secrets Manager, so no password travels in the job's arguments) before it is published,
-    so an ack never finds its batch unknown."""
-    from consolidator.sinks import OutgoingBatch, sink_from_url
-    from consolidator.sinks.deadletter import dead_letter_from_url
-
-    batches: list = []
-    dead: list[dict] = []
-
-    def send_batches() -> None:
-        if tracking_database_url or tracking_database_secret_arn:
-            _seal(tracking_database_url, tracking_database_secret_arn, batches, epoch_id)
-        failures = _open("sink", sink_url, sink_opener or sink_from_url).publish(batches)
-        if failures:
-            raise DeliveryError(f"micro-batch {epoch_id}: {len(failures)} of {len(batches)} batches not "
-                                f"confirmed: {list(failures.values())[:3]}")
-        batches.clear()
-
-    def send_dead() -> None:
-        failed = _open("dead_letter", dead_letter_url, dead_letter_from_url).send(dead)
-        if failed:
-            raise DeliveryError(f"micro-batch {epoch_id}: {len(failed)} of {len(dead)} dead-letter entries "
-                                "not confirmed")
-        dead.clear()
-
-    for row in rows:
-        if row["kind"] == BATCH:
-            batches.append(OutgoingBatch(row["batch_id"], row["group_key"], row["body"].encode()))
-            if len(batches) >= chunk:
-                send_batches()
-        else:
-            dead.append(json.loads(row["body"]))
-            if len(dead) >= chunk:
-                send_dead()
-    if dead:
-        send_dead()
-    if batches:
-        send_batches()
-
-
-def _seal(database_url: str | None, secret_arn: str | None, batches: list, epoch_id: int) -> None:
-    from consolidator.clock import SystemClock
-    from consolidator.errors import StoreError, StoreRefused, StoreUnavailable
-    from consolidator.store import open_store
-    from consolidator.store.completion import SealedBatch
-
-    try:
-        store = _open("trackers", (database_url, secret_arn), lambda target: open_store(*target))
-        store.seal([SealedBatch.of_message(json.loads(b.body)) for b in batches], SystemClock().now_ms())
-    except (StoreError, StoreUnavailable, StoreRefused) as error:
-        raise DeliveryError(f"micro-batch {epoch_id}: batches not sealed for completion tracking: {error}") from error
-
-
-@dataclass
-class BatchWriter:
-    """``foreachBatch`` sink: batches to ``sink_url`` (any :func:`consolidator.sinks.sink_from_url`
-    URL), dead letters to ``dead_letter_url`` (:func:`consolidator.sinks.deadletter.dead_letter_from_url`),
-    each partition from its executor (:func:`deliver_partition`): nothing goes through the driver.
-    Returns only when every partition confirmed every write; otherwise the micro-batch fails, is
-    not committed and runs again on restart (at least once; consumers dedupe on ``batch_id``).
-    ``sink_opener`` (URL -> sink) must be picklable; None = :func:`consolidator.sinks.sink_from_url`."""
-
-    sink_url: str
-    dead_letter_url: str
-    sink_opener: Callable | None = None
-    # completion tracking: seal each batch there first (see deliver_partition)
-    tracking_database_url: str | None = field(default=None, repr=False)
-    tracking_database_secret_arn: str | None = None
-
-    def __call__(self, df, epoch_id: int) -> None:
-        df.foreachPartition(functools.partial(
-            deliver_partition, sink_url=self.sink_url, dead_letter_url=self.dead_letter_url,
-            epoch_id=epoch_id, sink_opener=self.sink_opener, tracking_database_url=self.tracking_database_url,
-            tracking_database_secret_arn=self.tracking_database_secret_arn))
-
-    def close(self) -> None:
-        """Release the destinations this process opened (the driver's, in local runs)."""
-        close_destinations()
-
-
-def close_destinations() -> None:
-    while _DESTINATIONS:
-        _, client = _DESTINATIONS.popitem()
-        close = getattr(client, "close", None)
-        if close is not None:
-            close()
 
 
 @dataclass(frozen=True)
