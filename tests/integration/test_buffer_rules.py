@@ -21,6 +21,9 @@ bytes), expired rows and replay count. Histories: records in arrival order, per 
 offsets rising with time (as Kafka delivers them), redeliveries of earlier records, items that
 repeat (coalescing), timestamps across a month boundary (rows of one item split by bucket).
 Policies: plain, or with a rate limit, a TTL and a byte cap, alone or together.
+
+The streaming job's own step, for any event shape, is compared with the ``mysql`` variant in
+``test_buffer_rules_shape.py`` (which shares this module's database, sink and strategies).
 """
 
 from __future__ import annotations

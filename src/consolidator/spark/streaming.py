@@ -15,6 +15,8 @@ ingests its events with ``now`` = the batch's processing time (the Lambda path's
 then claims whatever is due (``full`` right away); a timer claims what became due through
 ``idle`` or ``hard_window``. Flushes happen on timers, not on the Lambda path's tick grid: same
 decisions per group, finer timing.
+What one call does with a shard is :class:`~consolidator.spark.step.ShardStep`, plain code
+without Spark; the processor here only moves its state row and timers in and out of Spark.
 
 Guarantees:
 - at least once: a micro-batch re-run after a failure (restart from the checkpoint) restores the
@@ -29,23 +31,16 @@ Guarantees:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from consolidator.batch import build_message, encode
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
+from consolidator.events import FieldNames
 from consolidator.policy import Policy
-from consolidator.sinks.deadletter import expired_entry, poison_entry
-from consolidator.spark.buffer import BufferedEvent, PendingBuffer
-from consolidator.spark.columnar import is_plain, parse_items
-from consolidator.spark.delivery import BATCH, BatchWriter
+from consolidator.spark.delivery import BatchWriter
 from consolidator.spark.packing import PACKED_SCHEMA, pack, unpack
-from consolidator.spark.pending import PendingTable
-from consolidator.spark.shards import DEFAULT_SHARDS, POISON_SHARD, Shard, check_shards
+from consolidator.spark.shards import DEFAULT_SHARDS, POISON_SHARD
+from consolidator.spark.step import ShardStep, StepResult, dead_letters, job_step
 
 OUTPUT_SCHEMA = "kind string, group_key string, batch_id string, reason string, body string"
 #: One state row per shard: its pending rows, as columns under a plain policy (``rows``,
@@ -53,7 +48,6 @@ OUTPUT_SCHEMA = "kind string, group_key string, batch_id string, reason string, 
 #: :meth:`~consolidator.spark.shards.Shard.dump`), the timer registered for it and the number of
 #: shards it was written with.
 SHARD_STATE_SCHEMA = "groups string, timer_ms long, shards int, rows binary"
-DEAD_LETTER, EXPIRED = "dead_letter", "expired"
 DEFAULT_NAMES = FieldNames()
 DEFAULT_POLICY = Policy()
 
@@ -65,75 +59,32 @@ def _processor_class():
     columns = ["kind", "group_key", "batch_id", "reason", "body"]
 
     class ShardProcessor(StatefulProcessor):
-        """Thin adapter: Spark state <-> :class:`Shard`, policy decides, batch builds.
+        """Thin adapter: Spark state and timers <-> :class:`~consolidator.spark.step.ShardStep`
+        (which loads the shard, ingests, lets the policy decide and builds the batches).
 
         A shard's groups are one value in state, read once and written once per call, and its
         timer moves only when the shard became due sooner: every state access is a round trip
         between the Python worker and the JVM, so their number, not their size, is what costs
         (see docs/spark.md, "Throughput")."""
 
-        def __init__(self, policy: Policy, shards: int, ack_key: bytes | None = None) -> None:
-            self.policy = policy
-            self.shards = shards
-            self.ack_key = ack_key  # completion tracking: messages carry ack tokens and item ids
-            self.plain = is_plain(policy)  # rows as columns (PendingTable), else per group (Shard)
+        def __init__(self, step: ShardStep) -> None:
+            self.step = step
 
         def init(self, handle) -> None:
             self.handle = handle
             self.state = handle.getValueState("shard", SHARD_STATE_SCHEMA)
 
-        # -- state <-> shard -------------------------------------------------------------
-
-        def _load(self) -> tuple[PendingTable | Shard, int | None]:
-            """The shard's rows in the layout of this policy (converted when the checkpoint was
-            written under the other one), and its registered timer."""
-            stored = self.state.get()  # None when no group of the shard holds rows or rate state
-            if stored is None:
-                return (PendingTable() if self.plain else Shard(self.shards)), None
-            groups, timer_ms, shards, rows = stored
-            timer_ms = _int_or_none(timer_ms)
-            if rows is None:
-                shard = Shard.load(self.shards, groups, _int_or_none(shards))
-                return (PendingTable.of_members(shard.members()) if self.plain else shard), timer_ms
-            check_shards(_int_or_none(shards), self.shards)
-            table = PendingTable.load(bytes(rows))
-            return (table if self.plain else Shard.of_members(self.shards, table.members())), timer_ms
-
-        def _save(self, shard: PendingTable | Shard, timer_ms: int | None, now_ms: int) -> None:
-            """Store the rows; make sure a timer fires at or before the shard's due time. A
-            timer set earlier stays (it fires, finds nothing due, and sets the next one): the
-            idle due time moves with every event, and moving the timer each time would cost
-            two more round trips per shard and micro-batch. A timer at or before ``now_ms``
-            goes: every due group was just planned."""
-            due = shard.next_due_ms(self.policy)
-            if timer_ms is not None and (due is None or timer_ms <= now_ms or due < timer_ms):
-                self.handle.deleteTimer(timer_ms)
-                timer_ms = None
-            if due is not None and timer_ms is None:
-                self.handle.registerTimer(due)
-                timer_ms = due
-            if isinstance(shard, PendingTable):
-                rows, groups = shard.dump(), None
-            else:
-                rows, groups = None, shard.dump(self.policy)
-            if rows is None and groups is None:
+        def _apply(self, result: StepResult) -> Iterator[pd.DataFrame]:
+            if result.delete_timer is not None:
+                self.handle.deleteTimer(result.delete_timer)
+            if result.register_timer is not None:
+                self.handle.registerTimer(result.register_timer)
+            if result.state is None:
                 self.state.clear()
             else:
-                self.state.update((groups, timer_ms, self.shards, rows))
-
-        def _flush(self, shard: PendingTable | Shard, now_ms: int) -> list[tuple]:
-            out = []
-            for group_key, plan in shard.plan_due(now_ms, self.policy, self.ack_key is not None):
-                for member in plan.expired:  # to the dead-letter destination, like the Lambda path's expiry
-                    entry = expired_entry(group_key, member, now_ms, now_ms)
-                    out.append((EXPIRED, group_key, None, "expired", json.dumps(entry, sort_keys=True)))
-                for claim in plan.claims:
-                    message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=now_ms,
-                                            ack_key=self.ack_key, held_back_ms=claim.held_back_ms,
-                                            shape=self.policy.shape)
-                    out.append((BATCH, group_key, message["batch_id"], str(claim.reason),
-                                encode(message).decode()))
-            return out
+                self.state.update(result.state)
+            if result.rows:
+                yield pd.DataFrame(result.rows, columns=columns)
 
         # -- Spark callbacks -------------------------------------------------------------
 
@@ -141,63 +92,19 @@ def _processor_class():
             now = timerValues.getCurrentProcessingTimeInMs()
             records = unpack(blob for frame in rows for blob in frame["records"])
             if key[0] == POISON_SHARD:
-                yield pd.DataFrame(_dead_letters(records, now), columns=columns)
+                yield pd.DataFrame(dead_letters(records, now), columns=columns)
                 return
-            shard, timer_ms = self._load()
-            if isinstance(shard, PendingTable):
-                shard.ingest(records, now)
-            else:
-                _ingest(shard, records, now)
-            out = self._flush(shard, now)
-            self._save(shard, timer_ms, now)
-            if out:
-                yield pd.DataFrame(out, columns=columns)
+            # state.get(): None when no group of the shard holds rows or rate state
+            yield from self._apply(self.step.input_rows(self.state.get(), records, now))
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
             now = timerValues.getCurrentProcessingTimeInMs()
-            shard, _ = self._load()  # the expired timer goes after this call: nothing to delete
-            out = self._flush(shard, now)
-            self._save(shard, None, now)
-            if out:
-                yield pd.DataFrame(out, columns=columns)
+            yield from self._apply(self.step.timer(self.state.get(), now))
 
         def close(self) -> None:
             pass
 
     return ShardProcessor
-
-
-def _ingest(shard: Shard, records, now_ms: int) -> None:
-    """The records' events into their groups' buffers, one at a time, with one clock for the
-    whole call: the order of ingest does not change the rows (the newest position wins, counts
-    add up), so the records' order is as good as any."""
-    buffers: dict[str, PendingBuffer] = {}
-    items_of: dict[str, tuple] = {}  # the same items text, parsed once
-    for group, t, p, o, ts, item, items in zip(*(records.column(name).to_pylist() for name in (
-            "group_key", "topic", "partition", "offset", "timestamp_ms", "item_id", "items")), strict=True):
-        buffer = buffers.get(group)
-        if buffer is None:
-            buffer = buffers[group] = shard.buffer(group)
-        parsed = items_of.get(items)
-        if parsed is None:
-            parsed = items_of[items] = parse_items(items)
-        buffer.ingest(BufferedEvent(SourcePosition(t, p, o), ts, item, parsed), now_ms)
-
-
-def _int_or_none(value) -> int | None:
-    """A nullable long from Spark state (None, or NaN through pandas) as an int or None."""
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
-
-
-def _dead_letters(records, now_ms: int) -> list[tuple]:
-    out = []
-    for topic, partition, offset, ts, key, value, reason, detail in zip(*(records.column(name).to_pylist() for name in (
-            "topic", "partition", "offset", "timestamp_ms", "key", "value", "poison_reason", "poison_detail")),
-            strict=True):
-        record = KafkaRecord(topic, int(partition), int(offset), int(ts), key, value)
-        entry = poison_entry(record, PoisonEvent(PoisonReason(reason), detail), now_ms)
-        out.append((DEAD_LETTER, None, None, reason, json.dumps(entry, sort_keys=True)))
-    return out
 
 
 def aggregate(records_df, policy: Policy, names: FieldNames = DEFAULT_NAMES, max_event_bytes: int = 262_144,
@@ -208,9 +115,9 @@ def aggregate(records_df, policy: Policy, names: FieldNames = DEFAULT_NAMES, max
     State is keyed by shard of the group key (``shards`` of them, fixed for a checkpoint, see
     :mod:`consolidator.spark.shards`); poison records go to their own key, without state.
     ``values``: the records' :class:`~consolidator.formats.ValueFormat` (None: JSON)."""
-    policy = dataclasses.replace(policy, shape=names.shape)  # the messages' shape is the decoder's
+    step = job_step(policy, names, shards, ack_key)  # the messages' shape is the decoder's
     return by_shard(records_df, names, max_event_bytes, shards, values).transformWithStateInPandas(
-        statefulProcessor=_processor_class()(policy, shards, ack_key), outputStructType=OUTPUT_SCHEMA,
+        statefulProcessor=_processor_class()(step), outputStructType=OUTPUT_SCHEMA,
         outputMode="Append", timeMode="ProcessingTime")
 
 

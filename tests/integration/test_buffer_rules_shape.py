@@ -1,0 +1,189 @@
+"""The streaming job's own step against the Lambda path, for any event shape (issue 22).
+
+Next to ``test_buffer_rules.py`` (whose database, sink and policies it shares): a random spec
+(``random_shapes.random_shape``: aggregation outputs and member payloads) or the default shape, a
+random history of events it reads, a random policy, and micro-batches at random processing times.
+Each micro-batch goes
+
+- through the Lambda path: ``IngestService`` with the clock at the micro-batch's time, then a
+  ``FlushService`` tick at that time (the MySQL buffer);
+- through the streaming job's step exactly as its processor runs it, without a SparkSession:
+  ``packing.pack`` (decode and shard of every record, poison to the poison shard), per shard
+  ``ShardStep.input_rows`` with the shard's state row, then ``ShardStep.timer`` for every timer
+  at or before the micro-batch's time (Spark's order: input rows, then expired timers). The step
+  comes from ``step.job_step``, the constructor ``streaming.aggregate`` uses, and every state row
+  makes a round trip through Arrow and pandas (the state schema's types, a null long as NaN)
+  between calls. Spark's checkpoint feeds each offset once, so the step gets a redelivered record
+  once; the Lambda path gets it again and must find it a replay.
+
+Both must give the same batches (group, batch id, flush time, message bytes), the same expired
+entries and the same poison (reason, detail, position).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import uuid
+from collections import defaultdict
+
+import pyarrow as pa
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from random_shapes import random_history, random_shape
+from test_buffer_rules import (  # noqa: F401
+    MAX_EVENT_BYTES,
+    MONTH_END,
+    _empty,
+    _policies,
+    _Sink,
+    histories,
+    shared,
+)
+
+from consolidator.clock import ManualClock
+from consolidator.events import FieldNames, KafkaRecord
+from consolidator.policy import Policy
+from consolidator.services.flush import FlushService
+from consolidator.services.ingest import IngestService
+from consolidator.sinks.deadletter import FileDeadLetter
+from consolidator.spark.delivery import BATCH
+from consolidator.spark.packing import pack, unpack
+from consolidator.spark.shards import POISON_SHARD
+from consolidator.spark.step import DEAD_LETTER, EXPIRED, ShardStep, dead_letters, job_step
+
+STATE = pa.schema([("groups", pa.string()), ("timer_ms", pa.int64()), ("shards", pa.int32()), ("rows", pa.binary())])
+GAPS_MS = [0, 500, 2_000, 7_000, 30_000, 90_000]  # between micro-batches (processing time)
+
+
+def micro_batches(history: list[KafkaRecord], schedule: random.Random) -> list[tuple[int, list[KafkaRecord]]]:
+    """Processing times and the records each micro-batch reads: in arrival order, each record in
+    a micro-batch at or after its timestamp, the rest of the schedule drawn at random."""
+    at = min((r.timestamp_ms for r in history), default=MONTH_END) + schedule.choice(GAPS_MS)
+    out: list[tuple[int, list[KafkaRecord]]] = [(at, [])]
+    for record in history:
+        while record.timestamp_ms > at:
+            at += schedule.choice(GAPS_MS[1:])
+            out.append((at, []))
+        out[-1][1].append(record)
+    return out
+
+
+def _roundtrip(state: tuple) -> tuple:
+    """A state row as Spark's pandas state API hands it back."""
+    frame = pa.Table.from_pylist([dict(zip(STATE.names, state, strict=True))], schema=STATE).to_pandas()
+    return tuple(frame.iloc[0])
+
+
+class Stream:
+    """The streaming job's per-shard state and timers around :class:`ShardStep`."""
+
+    def __init__(self, step: ShardStep, names: FieldNames, shards: int) -> None:
+        self.step, self.names, self.shards = step, names, shards
+        self.state: dict[int, tuple] = {}
+        self.timers: dict[int, set[int]] = defaultdict(set)
+        self.seen: set[tuple] = set()
+        self.rows: list[tuple] = []
+
+    def _apply(self, shard: int, result, now_ms: int) -> None:
+        if result.delete_timer is not None:
+            self.timers[shard].remove(result.delete_timer)
+        if result.register_timer is not None:
+            self.timers[shard].add(result.register_timer)
+        if result.state is None:
+            self.state.pop(shard, None)
+        else:
+            self.state[shard] = _roundtrip(result.state)
+        self.rows += [(now_ms, *row) for row in result.rows]
+
+    def micro_batch(self, now_ms: int, records: list[KafkaRecord]) -> None:
+        fresh = []
+        for r in records:  # the checkpoint feeds each offset once
+            if (r.partition, r.offset) not in self.seen:
+                self.seen.add((r.partition, r.offset))
+                fresh.append(r)
+        if fresh:
+            n = len(fresh)
+            batch = pa.RecordBatch.from_pydict({
+                "topic": [r.topic for r in fresh], "partition": [r.partition for r in fresh],
+                "offset": [r.offset for r in fresh], "timestamp_ms": [r.timestamp_ms for r in fresh],
+                "key": [r.key for r in fresh], "value": [r.value for r in fresh],
+                "group_key": pa.nulls(n, pa.string()), "item_id": pa.nulls(n, pa.string()),
+                "items": pa.nulls(n, pa.string()), "shard": pa.nulls(n, pa.int32())})
+            for packed in pack([batch], names=self.names, max_event_bytes=MAX_EVENT_BYTES, shards=self.shards):
+                for shard, blob in zip(*(packed.column(c).to_pylist() for c in ("shard", "records")), strict=True):
+                    part = unpack([blob])
+                    if shard == POISON_SHARD:
+                        self.rows += [(now_ms, *row) for row in dead_letters(part, now_ms)]
+                    else:
+                        self._apply(shard, self.step.input_rows(self.state.get(shard), part, now_ms), now_ms)
+        for shard in sorted(self.timers):
+            for timer in sorted(t for t in self.timers[shard] if t <= now_ms):
+                self.timers[shard].remove(timer)  # Spark drops an expired timer
+                self._apply(shard, self.step.timer(self.state.get(shard), now_ms), now_ms)
+
+    def busy(self) -> bool:
+        return any(self.timers.values())
+
+
+def _poison(entries) -> list[tuple]:
+    return sorted({(e["reason"], e.get("detail"), e["source"]["partition"], e["source"]["offset"]) for e in entries})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(data=st.data(), rng=st.randoms(use_true_random=False), schedule=st.randoms(use_true_random=False))
+def test_the_streaming_step_gives_the_lambda_batches_for_any_shape(shared, data, rng, schedule):  # noqa: F811
+    store, scratch = shared
+    _empty(store)
+    generic = data.draw(st.booleans(), "generic shape")
+    if generic:
+        shape = random_shape(rng)
+        names = FieldNames(group_key="tenant", item_id="user", shape=shape)
+        history = random_history(rng, MONTH_END - rng.randrange(0, 300_000), count=rng.randrange(1, 40))
+    else:
+        shape, names = None, FieldNames()
+        history = [r.kafka() for r in data.draw(histories(), "history")]
+    policy: Policy = dataclasses.replace(data.draw(_policies(plain=data.draw(st.booleans(), "plain")), "policy"),
+                                         shape=shape)
+    # the job's policy may or may not carry the shape: the step takes the decoder's
+    step = job_step(policy if data.draw(st.booleans(), "policy carries the shape") else
+                    dataclasses.replace(policy, shape=None), names, shards := data.draw(st.integers(1, 3), "shards"))
+
+    clock = ManualClock(MONTH_END)
+    dead = FileDeadLetter(scratch / f"{uuid.uuid4().hex}.jsonl")
+    ingest = IngestService(store, dead, names, MAX_EVENT_BYTES, clock)
+    sink = _Sink(clock)
+    flush = FlushService(store, sink, dead, policy, clock)
+    stream = Stream(step, names, shards)
+    batches = micro_batches(history, schedule)
+    now = batches[-1][0]
+    for _ in range(5_000):  # the history's micro-batches, then empty ones until both drained
+        if batches:
+            now, records = batches.pop(0)
+        else:
+            now, records = now + schedule.choice(GAPS_MS[1:]), []
+        clock.set(now)
+        if records:
+            assert not ingest.ingest(records).failed
+        flush.tick()
+        stream.micro_batch(now, records)
+        if not batches and not stream.busy() and not store.row_counts().keys() & {"PENDING", "CLAIMED"}:
+            break
+    else:
+        raise AssertionError("the buffers never drained")
+
+    lambda_batches = sorted((json.loads(body)["group_key"], json.loads(body)["batch_id"], t, body)
+                            for t, body in sink.published)
+    stream_batches = sorted((group, batch_id, t, body.encode()) for t, kind, group, batch_id, _, body in stream.rows
+                            if kind == BATCH)
+    lambda_dead = dead.read() if dead.path.exists() else []
+    lambda_expired = sorted(json.dumps(e, sort_keys=True) for e in lambda_dead if e["reason"] == "expired")
+    stream_expired = sorted(row[-1] for row in stream.rows if row[1] == EXPIRED)
+    event(f"generic: {generic}, plain step: {step.plain}, batches: {min(len(lambda_batches), 3)}+,"
+          f" expired: {bool(lambda_expired)}")
+    assert stream_batches == lambda_batches  # same groups, ids, flush times and bytes
+    assert stream_expired == lambda_expired
+    assert _poison(json.loads(row[-1]) for row in stream.rows if row[1] == DEAD_LETTER) == _poison(
+        e for e in lambda_dead if e["reason"] != "expired")
