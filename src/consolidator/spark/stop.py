@@ -5,7 +5,9 @@ to stop; the micro-batch in progress (if any) runs to its end, its batches publi
 offsets committed to the checkpoint, then the query stops, and :func:`stop_line` names the
 offsets it stopped at (the next run resumes after them). A second signal while waiting stops
 the query at once (the micro-batch is then replayed from the checkpoint by the next run, as
-after a crash). Without these handlers, PySpark's own SIGINT handler cancels every running job
+after a crash). When micro-batches run back to back (each takes longer than the trigger
+interval), the stop can fall on the planning of the next one: nothing of it was published or
+committed, the next run plans it again, and Hadoop may log the interrupted checkpoint write. Without these handlers, PySpark's own SIGINT handler cancels every running job
 (a ``FOREACH_BATCH_USER_FUNCTION_ERROR`` and pages of JVM traces) and SIGTERM ends the Python
 process under the running batch.
 """
@@ -49,7 +51,7 @@ class SignalStop:
             if query.awaitTermination(poll_s):
                 return None
         while len(self.caught) == 1 and query.isActive and query.status.get("isTriggerActive"):
-            time.sleep(0.1)  # the micro-batch in progress ends first
+            time.sleep(0.02)  # the micro-batch in progress ends first
         query.stop()
         return self.caught[0]
 
