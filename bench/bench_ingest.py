@@ -186,7 +186,7 @@ def main() -> None:
         cpu.watch(cur)
     results, server, client = {}, {}, {}
     phases = [("service", lambda: run_service(store, records, args.batch_size, tmp)),
-              ("service_avro", lambda: run_service(store, avro_records, args.batch_size, tmp, avro_values())),
+              ("service_avro", lambda: run_service(store, avro_records, args.batch_size, tmp, values=avro_values())),
               ("load_data", lambda: run_load_data(store, rows, tmp))] * args.repeat
     phases.append(("per_record", lambda: run_per_record(store, rows[: args.per_record_sample])))
     # the generic shape (bench/generic.py): ~1 KB events, full payload, four outputs; a small run
