@@ -151,34 +151,27 @@ fi
 
 wait_bg  # the servers' packages
 
-# --- the IaC scanner (checkov) in its own environment ------------------------------------------
-# Its dependencies would clash with uv.lock: .tools/checkov holds them, pinned by hash in
-# scripts/checkov-requirements.txt (made from scripts/checkov-requirements.in; see there).
-if [ "$PROFILE" = test ]; then
-  checkov_stamp=.tools/checkov/.req-$(sha256sum scripts/checkov-requirements.txt | cut -c1-16)
-  if [ ! -f "$checkov_stamp" ]; then
-    rm -rf .tools/checkov
-    run_long "installing checkov (the IaC scan of make test) into .tools/checkov" "$LOGS/checkov.log" \
-      bash -c "python3 -m venv --without-pip .tools/checkov && '$UV' pip install --python .tools/checkov/bin/python \
-        --require-hashes --compile-bytecode -r scripts/checkov-requirements.txt"
-    touch "$checkov_stamp"
+# --- tools whose dependencies would clash with uv.lock, each in its own environment ---------
+# .tools/NAME holds them, pinned by hash in scripts/NAME-requirements.txt (made from
+# scripts/NAME-requirements.in; see there); a stamp of that file's hash skips an unchanged one.
+tool_env() {  # NAME WHAT: install .tools/NAME from scripts/NAME-requirements.txt unless current
+  local name=$1 what=$2 reqs=scripts/$1-requirements.txt stamp
+  stamp=.tools/$name/.req-$(sha256sum "$reqs" | cut -c1-16)
+  if [ ! -f "$stamp" ]; then
+    rm -rf ".tools/$name"
+    run_long "installing $what into .tools/$name" "$LOGS/$name.log" \
+      bash -c "python3 -m venv --without-pip .tools/$name && '$UV' pip install --python .tools/$name/bin/python \
+        --require-hashes --compile-bytecode -r $reqs"
+    touch "$stamp"
   fi
-  SUMMARY+=("IaC scan: checkov $(sed -n 's/^checkov==\([^ ]*\).*/\1/p' scripts/checkov-requirements.txt) in .tools/checkov")
-fi
+}
 
-# --- the SAM CLI in its own environment --------------------------------------------------------
-# `sam validate --lint`, `sam local generate-event` and the Lambda Runtime Interface Emulator it
-# ships, for the SAM tests; its dependencies would clash with uv.lock too: .tools/sam holds them,
-# pinned by hash in scripts/sam-requirements.txt (made from scripts/sam-requirements.in).
 if [ "$PROFILE" = test ]; then
-  sam_stamp=.tools/sam/.req-$(sha256sum scripts/sam-requirements.txt | cut -c1-16)
-  if [ ! -f "$sam_stamp" ]; then
-    rm -rf .tools/sam
-    run_long "installing the SAM CLI (the SAM tests of make test) into .tools/sam" "$LOGS/sam.log" \
-      bash -c "python3 -m venv --without-pip .tools/sam && '$UV' pip install --python .tools/sam/bin/python \
-        --require-hashes --compile-bytecode -r scripts/sam-requirements.txt"
-    touch "$sam_stamp"
-  fi
+  # the IaC scanner of make test (checkov), and the SAM CLI: `sam validate --lint`, `sam local
+  # generate-event` and the Lambda Runtime Interface Emulator it ships, for the SAM tests
+  tool_env checkov "checkov (the IaC scan of make test)"
+  SUMMARY+=("IaC scan: checkov $(sed -n 's/^checkov==\([^ ]*\).*/\1/p' scripts/checkov-requirements.txt) in .tools/checkov")
+  tool_env sam "the SAM CLI (the SAM tests of make test)"
   SUMMARY+=("SAM: aws-sam-cli $(sed -n 's/^aws-sam-cli==\([^ ]*\).*/\1/p' scripts/sam-requirements.txt) in .tools/sam")
 fi
 
