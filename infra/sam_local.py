@@ -241,10 +241,6 @@ def start_function(template: Path, name: str, work: Path, overrides: dict[str, s
                    log=work / f"{name}.log", path=project_site_packages(), port=port)
 
 
-def templates_in(outdir: Path) -> list[Path]:
-    return sorted(outdir.glob("assembly-*/*.template.json"))
-
-
 def project_site_packages() -> tuple[str, ...]:
     """Where this interpreter's packages are (the project's .venv: x86_64 or arm64, this machine's)."""
     paths = sysconfig.get_paths()
@@ -314,6 +310,8 @@ def serve(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:
         return serve(argv[1:])
+    from iac_scan import templates_in  # the same synthesized templates the IaC scan reads
+
     outdir = Path(argv[0]) if argv else REPO / "cdk.out"
     templates = templates_in(outdir)
     if not templates:
