@@ -233,7 +233,7 @@ def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -
             _identifier(get(names.group_key), names.group_key, PoisonReason.MISSING_GROUP_KEY,
                         PoisonReason.BAD_GROUP_KEY),
             _identifier(get(names.item_id), names.item_id, PoisonReason.MISSING_ITEM_ID, PoisonReason.BAD_ITEM_ID),
-            _retained(document, names.shape),
+            _retained(document, names.shape, value),
             value,
         )
     return Event(
@@ -246,9 +246,9 @@ def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -
     )
 
 
-def _retained(document: dict, shape: Shape) -> EventView:
+def _retained(document: dict, shape: Shape, source: bytes) -> EventView:
     try:
-        return retain(document, shape)
+        return retain(document, shape, source)
     except ValueFault as fault:
         raise PoisonEvent(PoisonReason.BAD_VALUE, str(fault)) from None
 

@@ -1,5 +1,6 @@
 """The event shape: what a batch aggregates over its members' newest events, and what of each
-event it carries. Pure: no I/O but reading a spec file named by the setting.
+event it carries. Pure: no I/O (the spec file a setting names is read by
+:mod:`consolidator.shape_spec`, whose names this module re-exports).
 
 A :class:`Shape` is the compiled form of two settings (docs/semantics.md section 6):
 
@@ -30,26 +31,26 @@ Guarantees:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path as FilePath
 
 import orjson
 
+from consolidator.shape_spec import (  # noqa: F401 (re-exported: the shape's one public module)
+    OPERATIONS,
+    Output,
+    Path,
+    Shape,
+    ShapeError,
+    default_outputs,
+    parse_outputs,
+    parse_path,
+    parse_payload,
+    show,
+)
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-#: count: members (whose value at ``path`` is present, when a path is given);
-#: sum/min/max: numbers; first/last: any value, by source position; distinct: the sorted set of
-#: strings and numbers; group_sum: a list of objects grouped by ``by``, the ``sum`` fields summed.
-OPERATIONS = ("count", "sum", "min", "max", "first", "last", "distinct", "group_sum")
 _NUMERIC = frozenset({"sum", "min", "max"})
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-_ENTRY_KEYS = {"name", "op", "path", "by", "sum"}
-
-
-class ShapeError(ValueError):
-    """A bad aggregation spec or member payload setting; the message names every bad entry."""
 
 
 class ValueFault(ValueError):
@@ -60,54 +61,6 @@ class ValueFault(ValueError):
         self.path, self.expected = path, expected
 
 
-Path = tuple[str, ...]
-
-
-def parse_path(text: object) -> Path:
-    """``a.b.c`` (or ``$.a.b.c``) as its segments; ValueError when it is not such a path."""
-    if type(text) is not str:
-        raise ValueError(f"a path is a string like 'a.b', not {text!r}")
-    body = text.removeprefix("$.")
-    segments = tuple(body.split("."))
-    if not body or any(not s for s in segments):
-        raise ValueError(f"path {text!r} has an empty segment")
-    return segments
-
-
-def show(path: Path) -> str:
-    return ".".join(path)
-
-
-@dataclass(frozen=True, slots=True)
-class Output:
-    """One named output: ``op`` over ``path`` (``by``/``sums``: relative to each list element)."""
-
-    name: str
-    op: str
-    path: Path | None = None
-    by: Path | None = None
-    sums: tuple[Path, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """A compiled aggregation spec and member payload: with ``full_payload`` each member carries
-    its whole newest event, else with ``payload_paths`` its projection on them, else nothing."""
-
-    outputs: tuple[Output, ...]
-    full_payload: bool = False
-    payload_paths: tuple[Path, ...] | None = None
-
-    @property
-    def carries_payload(self) -> bool:
-        return self.full_payload or self.payload_paths is not None
-
-    def reads(self) -> tuple[Path, ...]:
-        """The top paths of the event the shape keeps (outputs and payload), without repeats."""
-        paths = [o.path for o in self.outputs if o.path is not None] + list(self.payload_paths or ())
-        return tuple(dict.fromkeys(paths))
-
-
 @dataclass(frozen=True, slots=True)
 class EventView:
     """What a buffer row keeps of its newest event under a generic shape (a JSON value).
@@ -115,93 +68,6 @@ class EventView:
     from the reference shape's ``[[sku, quantity], ...]``."""
 
     event: object
-
-
-def default_outputs(items: str, sku: str, quantity: str) -> tuple[Output, ...]:
-    """The reference domain's spec: the quantity summed per sku over the items list."""
-    return (Output("items", "group_sum", (items,), (sku,), ((quantity,),)),)
-
-
-def _entry(index: int, entry: object, names: set[str]) -> tuple[Output | None, list[str]]:
-    where = f"entry {index}"
-    if not isinstance(entry, dict):
-        return None, [f"{where}: must be an object, got {type(entry).__name__}"]
-    faults = []
-    name, op = entry.get("name"), entry.get("op")
-    if isinstance(name, str):
-        where = f"entry {index} ({name!r})"
-    if not isinstance(name, str) or not _NAME.match(name):
-        faults.append("name must match [A-Za-z_][A-Za-z0-9_]{0,63}")
-    elif name in names:
-        faults.append("name is used twice")
-    else:
-        names.add(name)
-    if unknown := sorted(set(entry) - _ENTRY_KEYS):
-        faults.append(f"unknown keys {unknown}")
-    if op not in OPERATIONS:
-        faults.append(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
-    path = by = None
-    sums: tuple[Path, ...] = ()
-    if "path" in entry or op != "count":
-        try:
-            path = parse_path(entry.get("path"))
-        except ValueError as exc:
-            faults.append(str(exc))
-    if op == "group_sum":
-        try:
-            by = parse_path(entry.get("by"))
-            listed = entry.get("sum")
-            if not isinstance(listed, list) or not listed:
-                raise ValueError("sum must be a non-empty list of paths")
-            sums = tuple(parse_path(p) for p in listed)
-            if len({by[-1], *(s[-1] for s in sums)}) != 1 + len(sums):
-                raise ValueError("by and sum fields must end in different names (they name the output's fields)")
-        except ValueError as exc:
-            faults.append(str(exc))
-    elif "by" in entry or "sum" in entry:
-        faults.append("by and sum belong to group_sum only")
-    if faults:
-        return None, [f"{where}: {'; '.join(faults)}"]
-    return Output(name, op, path, by, sums), []
-
-
-def parse_outputs(text: str) -> tuple[Output, ...]:
-    """CONSOLIDATOR_AGGREGATE: inline JSON (starting with ``[``) or the path of a JSON file.
-    One :class:`ShapeError` names every bad entry."""
-    source = text.strip()
-    if not source.startswith("["):
-        try:
-            source = FilePath(source).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ShapeError(f"neither inline JSON (a list) nor a readable file: {exc.strerror}: {text!r}") from None
-    try:
-        entries = orjson.loads(source)
-    except orjson.JSONDecodeError as exc:
-        raise ShapeError(f"not JSON: {exc}") from None
-    if not isinstance(entries, list) or not entries:
-        raise ShapeError("must be a non-empty JSON list of outputs")
-    outputs, faults, names = [], [], set()
-    for index, entry in enumerate(entries):
-        output, bad = _entry(index, entry, names)
-        faults += bad
-        if output is not None:
-            outputs.append(output)
-    if faults:
-        raise ShapeError("; ".join(faults))
-    return tuple(outputs)
-
-
-def parse_payload(text: str) -> tuple[bool, tuple[Path, ...] | None]:
-    """CONSOLIDATOR_MEMBER_PAYLOAD: ``none``, ``full`` or a JSON list of paths."""
-    if text in ("none", "full"):
-        return text == "full", None
-    try:
-        listed = orjson.loads(text)
-        if not isinstance(listed, list) or not listed:
-            raise ValueError("a non-empty list")
-        return False, tuple(dict.fromkeys(parse_path(p) for p in listed))
-    except (orjson.JSONDecodeError, ValueError) as exc:
-        raise ShapeError(f"must be none, full or a JSON list of paths like [\"a.b\"]: {exc}") from None
 
 
 # -- ingest: what a row keeps ---------------------------------------------------------------------
@@ -214,6 +80,19 @@ def _kind(value: object) -> str:
 
 def lookup(document: object, path: Path, shown: str = "") -> object:
     """The value at ``path`` (None when absent or null); :class:`ValueFault` when a step is not an object."""
+    value = document
+    for segment in path:
+        if type(value) is dict:
+            value = value.get(segment)
+        elif value is None:
+            return None
+        else:
+            return _lookup_naming_the_fault(document, path, shown)
+    return value
+
+
+def _lookup_naming_the_fault(document: object, path: Path, shown: str) -> object:
+    """:func:`lookup` step by step, to name the step that is not an object (it raises there)."""
     value = document
     for depth, segment in enumerate(path):
         if value is None:
@@ -235,9 +114,15 @@ def _number(value: object, where: str) -> None:
 
 
 def _check(output: Output, value: object) -> None:
-    where = show(output.path or ())
     if value is None or output.op in ("count", "first", "last"):
         return
+    kind = type(value)
+    if kind is float or (kind is int and INT64_MIN <= value <= INT64_MAX):  # type: ignore[operator]
+        if output.op != "group_sum":
+            return  # a number, what every other operation accepts (the common case: no detail built)
+    elif kind is str and output.op == "distinct":
+        return
+    where = show(output.path or ())
     if output.op in _NUMERIC:
         _number(value, where)
     elif output.op == "distinct":
@@ -283,14 +168,23 @@ def _project(document: dict, paths: Iterable[Path]) -> dict:
     return kept
 
 
-def retain(document: dict, shape: Shape) -> EventView:
+#: Opening brackets a JSON text may hold with its value surely within the encoder's nesting
+#: limit (254 levels, the value wrapped in 4 by the message): its depth is at most their count.
+_SURELY_SHALLOW = 240
+
+
+def retain(document: dict, shape: Shape, source: bytes | None = None) -> EventView:
     """What a row keeps of the event ``document`` (a JSON object): the whole event when the
     member payload is ``full``, else its projection on the paths the shape reads. Raises
-    :class:`ValueFault` when a value an output reads has the wrong type."""
+    :class:`ValueFault` when a value an output reads has the wrong type. ``source``: the JSON
+    text ``document`` was read from, if known; with few brackets in it, the nesting is not
+    encoded again to be checked (the same outcome, as its depth cannot exceed their count)."""
     for output in shape.outputs:
         if output.path is not None:
             _check(output, lookup(document, output.path))
     kept = document if shape.full_payload else _project(document, shape.reads())
+    if source is not None and source.count(b"[") + source.count(b"{") <= _SURELY_SHALLOW:
+        return EventView(kept)
     try:  # as deep as the message holds it (message, members, member, event): the encoder's limit
         orjson.dumps([[[[kept]]]])
     except TypeError:
@@ -368,6 +262,25 @@ def within_int64(outputs: dict[str, object]) -> bool:
             return all(fits(v) for v in value.values())
         return True
     return fits(outputs)
+
+
+def surely_within_int64(shape: Shape, events: Sequence[object]) -> bool:
+    """True when the outputs over any selection of ``events`` surely fit a signed 64-bit integer
+    (:func:`within_int64`, unchecked): the integers each sum reads add up to at most INT64_MAX
+    in absolute value, every other output's integers are each within int64. False when that
+    does not hold, or for a ``group_sum`` (no cheap bound): the caller checks each selection."""
+    for output in shape.outputs:
+        if output.path is None or output.op == "count":
+            continue  # a count of members
+        if output.op == "group_sum":
+            return False
+        values = [v for v in (lookup(e, output.path) for e in events) if v is not None]
+        if output.op == "sum":
+            if sum([abs(v) for v in values if type(v) is int]) > INT64_MAX:
+                return False
+        elif not within_int64({output.name: values}):
+            return False
+    return True
 
 
 def stored_items(text: str | bytes) -> tuple[tuple[str, int], ...] | EventView:

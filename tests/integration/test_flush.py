@@ -245,3 +245,23 @@ def test_run_ticks_on_the_interval_until_the_time_is_used(store, clock, tmp_path
     assert len(published) == 2  # both groups go idle after 300 s = the 10th tick
     assert_invariants(store, sink.messages(), 4)
     assert json.loads((tmp_path / "out.jsonl").read_text().splitlines()[0])["flush_reason"] == "idle"
+
+
+def test_a_claim_runs_with_the_collector_paused_and_the_tick_ends_with_it_on(store, clock, tmp_path, monkeypatch):
+    import gc
+
+    from consolidator.services import flush_claim
+
+    seen = []
+    claim = flush_claim.ClaimStep.claim
+
+    def watched(self, *args, **kwargs):
+        seen.append(gc.isenabled())
+        return claim(self, *args, **kwargs)
+
+    monkeypatch.setattr(flush_claim.ClaimStep, "claim", watched)
+    assert ingest(store, clock, orders(6, groups=2)) == 6
+    clock.advance(POLICY.debounce_ms)
+    assert gc.isenabled()
+    assert len(make_service(store, RecordingSink(tmp_path / "out.jsonl"), clock, tmp_path).tick().published) == 2
+    assert seen == [False, False] and gc.isenabled()

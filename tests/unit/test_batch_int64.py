@@ -5,9 +5,20 @@ from __future__ import annotations
 
 import random
 
-from consolidator.batch import Member, build_message, fit_claims, int64_prefix, split_to_fit
+import orjson
+
+from consolidator.batch import (
+    Member,
+    _newest_per_item,
+    build_message,
+    fit_claims,
+    fit_count,
+    int64_prefix,
+    split_to_fit,
+)
 from consolidator.events import MAX_QUANTITY, SourcePosition
 from consolidator.policy import FlushReason, Policy
+from consolidator.shape import EventView, Shape, aggregate, parse_outputs, within_int64
 
 BIG = 2**62
 
@@ -53,3 +64,42 @@ def test_random_claims_split_into_batches_whose_sums_fit():
         batches = split_to_fit("W", members, FlushReason.IDLE, 0, None)
         assert [m for b in batches for m in b] == members and all(b for b in batches)
         assert all(sums_fit(b) for b in batches)
+
+
+# -- a generic shape: the one-pass bound gives what the prefix-by-prefix search gives ------------
+
+SHAPE_SPEC = [{"name": "n", "op": "count"}, {"name": "total", "op": "sum", "path": "a.v"},
+              {"name": "low", "op": "min", "path": "b"}, {"name": "seen", "op": "distinct", "path": "b"},
+              {"name": "latest", "op": "last", "path": "c"}, {"name": "oldest", "op": "first", "path": "c"}]
+NUMBERS = [1, -1, 2**62, -(2**62), 2**63 - 1, -(2**63), 3 * 2**61, 0.5, 1e19, None]  # what ingest lets a sum read
+ANY = [*NUMBERS, 2**64 - 1, "x", [2**63], {"k": -(2**63) - 1}]  # a first or last reads any value
+
+
+def searched_prefix(members: list[Member], shape: Shape) -> int:
+    """``int64_prefix`` without its one-pass bound: every prefix :func:`fit_count` probes is
+    aggregated and checked."""
+    def fits(m: int) -> bool:
+        newest = sorted(_newest_per_item(members[:m]).values(), key=lambda x: x.position)
+        return within_int64(aggregate(shape, [x.items.event for x in newest]))
+    return fit_count(fits, lambda m: min(m, len(members)))
+
+
+def generic_member(offset: int, item: str, event: dict) -> Member:
+    return Member(SourcePosition("events", 0, offset), item, EventView(event), offset, offset)
+
+
+def test_a_generic_claims_prefix_is_the_searched_one():
+    shape = Shape(parse_outputs(orjson.dumps(SHAPE_SPEC).decode()))
+    rng = random.Random(9)
+    cases = [[{"a": {"v": 2**62}}, {"a": {"v": 2**62}}, {"a": {"v": -(2**62)}}],  # the sum passes int64 midway
+             [{"a": {"v": -(2**63)}}, {"a": {"v": 1}}, {"a": {"v": -1}}],
+             [{"c": {"deep": [2**64 - 1]}}, {"c": 1}], [{"c": 1}, {"c": [2**63]}]]
+    for _ in range(400):
+        cases.append([{"a": {"v": rng.choice(NUMBERS)}, "b": rng.choice(NUMBERS), "c": rng.choice(ANY)}
+                      for _ in range(rng.randrange(1, 9))])
+    splits = 0
+    for events in cases:
+        members = [generic_member(i, f"I{rng.randrange(5)}", e) for i, e in enumerate(events)]
+        assert int64_prefix(members, shape) == searched_prefix(members, shape), events
+        splits += int64_prefix(members, shape) < len(members)
+    assert splits >= 20  # the cases hold claims that split, not only ones that fit whole

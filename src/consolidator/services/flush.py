@@ -39,6 +39,7 @@ from consolidator.policy import (
     due_groups,
     expiry_cutoff_ms,
 )
+from consolidator.services.collector import collector_paused
 from consolidator.services.due import DueGroup, due_groups_now, rate_limits
 from consolidator.services.expiry import Expiry
 from consolidator.services.flush_claim import ClaimStep, Group, Tick
@@ -159,7 +160,8 @@ class FlushService:
             group = Group(stat.group_key, reason, stat.pending, self._limit(limits, stat.group_key),
                           self.policy.max_batch_size)
             step.expire(tick, group, stat.oldest_record_ts_ms)
-            step.claim(tick, group)
+            with collector_paused():  # the claim's rows are parsed JSON: trees, no cycles (services/collector.py)
+                step.claim(tick, group)
         self._deliver(tick.outbox, report)
 
     def _republish(self, report: TickReport, now: int, remaining_ms: Callable[[], int] | None) -> int:

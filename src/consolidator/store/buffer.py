@@ -19,7 +19,13 @@ import orjson
 from consolidator.errors import StoreConflict
 from consolidator.events import Event, SourcePosition, bucket_of
 from consolidator.policy import GroupStats
-from consolidator.store.connection import Connection, Pipeline, _multi_row, _string_escaper
+from consolidator.store.connection import (
+    Connection,
+    Pipeline,
+    _json_escaper,
+    _multi_row,
+    _string_escaper,
+)
 from consolidator.store.members import keys_table
 from consolidator.store.offsets import (
     Mark,
@@ -204,6 +210,7 @@ def _upsert_statements(cur, events: Sequence[Event], now_ms: int) -> Iterator[st
     if not events:
         return
     esc = _string_escaper(cur.connection)
+    esc_json = _json_escaper(cur.connection)
     dumps = orjson.dumps
     tail = f",{now_ms:d},{now_ms:d})"
     groups: dict[str, str] = {}
@@ -224,6 +231,6 @@ def _upsert_statements(cur, events: Sequence[Event], now_ms: int) -> Iterator[st
         key, columns = partitions.get((topic, partition)) or partition_text(topic, partition)
         return (f"({bucket_of(ts)},'{groups[group] if group in groups else group_text(group)}','{esc(item)}',"
                 f"{key}{offset.to_bytes(8, 'big', signed=True).hex()}{columns}{offset:d},{ts:d},"
-                f"'{esc(dumps(items).decode())}'{tail}")
+                f"'{esc_json(dumps(items))}'{tail}")
 
     yield from _multi_row(_UPSERT_HEAD, _UPSERT_TAIL, map(row, events))

@@ -130,6 +130,17 @@ def _string_escaper(connection: pymysql.connections.Connection) -> Callable[[str
     return escape_string
 
 
+def _json_escaper(connection: pymysql.connections.Connection) -> Callable[[bytes], str]:
+    """The body of a quoted SQL literal (the caller adds the quotes) of JSON text as orjson
+    writes it: UTF-8 with every character below U+0020 escaped by JSON, so only a backslash and
+    a single quote need escaping (quotes doubled under NO_BACKSLASH_ESCAPES). Two replacements
+    in C: ``escape_string``'s per-character table costs ~30 us on a 1 KB event, and it escapes
+    each double quote, which the server then reads back one by one."""
+    if connection.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES:
+        return lambda text: text.replace(b"'", b"''").decode()
+    return lambda text: text.replace(b"\\", b"\\\\").replace(b"'", b"\\'").decode()
+
+
 def _multi_row(head: str, tail: str, rows: Iterable[str], max_bytes: int = 1_000_000) -> Iterator[str]:
     """Multi-row INSERT statements of at most ~``max_bytes`` each (under max_allowed_packet)."""
     values: list[str] = []
