@@ -311,8 +311,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     policy = Policy(debounce_ms=args.debounce_ms, hard_window_ms=args.hard_window_ms)
     cores = int(args.master.removeprefix("local[").rstrip("]")) if args.master.startswith("local[") else None
-    spark = build_session("consolidator-bench-stream", master=args.master, extra={"spark.driver.memory": "2g",
-                                 "spark.sql.streaming.numRecentProgressUpdates": "100000"})
+    spark = build_session("consolidator-bench-stream", master=args.master, stream=True,  # the job's settings
+                          extra={"spark.driver.memory": "2g", "spark.sql.streaming.numRecentProgressUpdates": "100000"})
     workdir = Path(tempfile.mkdtemp(prefix="bench-stream-"))
     try:
         data = workdir / "events"

@@ -6,7 +6,12 @@ import os
 
 import pytest
 
-from consolidator.spark.session import SHUFFLE_PARTITIONS, local_cores, session_settings
+from consolidator.spark.session import (
+    SHUFFLE_PARTITIONS,
+    STREAM_SETTINGS,
+    local_cores,
+    session_settings,
+)
 
 
 @pytest.mark.parametrize(("master", "cores"), [
@@ -28,3 +33,12 @@ def test_shuffle_partitions_follow_the_master_and_an_explicit_setting_wins():
 def test_progress_bar_only_when_asked():
     assert session_settings("local[2]", progress=True)["spark.ui.showConsoleProgress"] == "true"
     assert session_settings("local[2]")["spark.ui.showConsoleProgress"] == "false"
+
+
+def test_the_streaming_session_takes_larger_arrow_batches_and_an_explicit_setting_wins():
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    assert STREAM_SETTINGS[key] == "50000"
+    assert session_settings("local[2]", stream=True)[key] == "50000"
+    assert session_settings(None, stream=True)[key] == "50000"  # on a cluster too
+    assert key not in session_settings("local[2]")  # the replay keeps Spark's default
+    assert session_settings("local[2]", {key: "1000"}, stream=True)[key] == "1000"

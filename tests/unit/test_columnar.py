@@ -96,3 +96,21 @@ def test_items_keep_integers_beyond_64_bits():
 
     assert parse_items('[["S",1180591620717411303424],["T",3]]') == (("S", 2**70), ("T", 3))
     assert type(parse_items('[["S",1180591620717411303424]]')[0][1]) is int
+
+
+def test_quantities_summed_up_to_int64_exactly_and_a_session_past_it_handed_back():
+    """Sums are int64 arrays: a session whose sum reaches 2**63-1 must still be written exactly,
+    one past it (where int64 would wrap to a negative total) must go to the reference path."""
+    policy = Policy(debounce_ms=5_000, hard_window_ms=90_000, max_batch_size=500, tick_interval_ms=1_000)
+
+    def event(offset: int, at: int, sku: str, quantity: int) -> BufferedEvent:
+        return BufferedEvent(SourcePosition("orders", 0, offset), MONTH_END + at, f"O{offset}", ((sku, quantity),))
+
+    history = [("WH-max", event(1, 0, "S", 2**62)), ("WH-max", event(2, 1_000, "S", 2**62 - 1)),
+               ("WH-over", event(3, 0, "S", 2**62)), ("WH-over", event(4, 1_000, "T", 2**62))]
+    chunk = columnar(history)
+    batches, handed_back = simulate_chunk(chunk, policy)
+    assert handed_back == {chunk.group_keys.index("WH-over")}
+    reference = simulate_group("WH-max", [e for g, e in history if g == "WH-max"], policy)
+    assert batches.column("body").to_pylist() == [encode(b.message).decode() for b in reference.batches]
+    assert json.loads(batches.column("body")[0].as_py())["items"] == [{"quantity": 2**63 - 1, "sku": "S"}]

@@ -156,7 +156,7 @@ def _stream(stopper, config, s, checkpoint: str, input_path: str | None, master:
     from consolidator.spark.stop import stop_line
     from consolidator.spark.streaming import start
 
-    spark = build_session("consolidator-stream", master=master)
+    spark = build_session("consolidator-stream", master=master, stream=True)
     stopper.install()  # again: PySpark's SparkContext took SIGINT (it would cancel the running jobs)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # at INFO it logs every callback of every micro-batch

@@ -157,6 +157,58 @@ def parse_items(text: str) -> tuple[tuple[str, int], ...] | EventView:
     return tuple(map(tuple, pairs))
 
 
+def _joined(offsets: np.ndarray, values: pa.Array, separator: str) -> pa.Array:
+    """Per list (``values[offsets[i]:offsets[i + 1]]``), its strings joined with ``separator``."""
+    return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values), separator)
+
+
+class _Totals:
+    """The summed quantity of each sku in each session: the message's ``items``, one entry per
+    (session, sku), sessions in order and skus sorted as Python sorts them (``batch.build_message``
+    sorts them so). Each distinct ``items`` text is parsed once.
+
+    Sums are int64: exact, since quantities are 0 to 2**63-1 and a session whose float sum
+    passes 2**62 is ``risky`` (its exact total is then taken by :meth:`exact`, with Python ints;
+    a session over int64 is handed back, so its wrapped sums are never written)."""
+
+    def __init__(self, texts: pa.Array, row_session: np.ndarray, sessions_count: int) -> None:
+        encoded = pc.dictionary_encode(texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts)
+        self.parsed = [parse_items(text) for text in encoded.dictionary.to_pylist()]
+        self.text_of_row = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        pairs_of_text = np.array([len(p) for p in self.parsed], dtype=np.int64)
+        skus, self.sku_names = ranks([sku for p in self.parsed for sku, _ in p])
+        quantities = np.array([q for p in self.parsed for _, q in p], dtype=np.uint64).astype(np.int64)
+        row_pairs = pairs_of_text[self.text_of_row]
+        row_of_pair = np.repeat(np.arange(len(row_pairs)), row_pairs)
+        first_pair = np.append(0, np.cumsum(pairs_of_text))[:-1]
+        pair = (np.repeat(first_pair[self.text_of_row] - (np.cumsum(row_pairs) - row_pairs), row_pairs)
+                + np.arange(len(row_of_pair)))
+        pair_session, pair_sku, pair_quantity = row_session[row_of_pair], skus[pair], quantities[pair]
+        self.risky = np.bincount(pair_session, weights=pair_quantity.astype(np.float64),
+                                 minlength=sessions_count) > 2.0**62
+        order = np.lexsort((pair_sku, pair_session))
+        pair_session, pair_sku = pair_session[order], pair_sku[order]
+        entry = np.ones(len(order), dtype=bool)
+        entry[1:] = (pair_session[1:] != pair_session[:-1]) | (pair_sku[1:] != pair_sku[:-1])
+        start = np.flatnonzero(entry)
+        self.quantity = (np.add.reduceat(pair_quantity[order], start) if len(start)
+                         else np.zeros(0, dtype=np.int64))
+        self.sku = pair_sku[start]
+        self.entries_per_session = np.bincount(pair_session[start], minlength=sessions_count)
+
+    def entries_of(self) -> np.ndarray:
+        return np.append(0, np.cumsum(self.entries_per_session))
+
+    def sku_json(self) -> pa.Array:
+        return pa.array([orjson.dumps(name).decode() for name in self.sku_names], pa.string()).take(self.sku)
+
+    def exact(self, session: int, rows_of: list[int]) -> int:
+        """The session's total quantity as a Python int (its rows are ``rows_of[session]`` up to
+        the next session's)."""
+        return sum(q for row in self.text_of_row[rows_of[session]:rows_of[session + 1]].tolist()
+                   for _, q in self.parsed[row])
+
+
 def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[int]]:
     """Batches (:data:`BATCH_SCHEMA`) of every group of ``chunk`` the columnar path can simulate,
     in group then flush order, and the groups (indices) it cannot (a session reaches
@@ -209,8 +261,8 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     member_json = pc.binary_join_element_wise('{"offset":', texts[1], ',"partition":', texts[0], ',"topic":',
                                               topic_json, "}", "")
     per_session = pa.array(np.append(0, np.cumsum(rows_per_session)).astype(np.int32))
-    lines = pc.binary_join(pa.ListArray.from_arrays(per_session, line), "").to_pylist()
-    members = pc.binary_join(pa.ListArray.from_arrays(per_session, member_json), ",").to_pylist()
+    lines = pc.binary_join(pa.ListArray.from_arrays(per_session, line), "")
+    members = pc.binary_join(pa.ListArray.from_arrays(per_session, member_json), ",")
     # per item, the row with the newest position (rows of one item differ by month bucket)
     by_item = np.lexsort((offset[newest], partition[newest], topic[newest], item[newest], row_session))
     item_rows = item[newest[by_item]]
@@ -218,64 +270,46 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     last_of_item[:-1] = (row_session[by_item][1:] != row_session[by_item][:-1]) | (item_rows[1:] != item_rows[:-1])
     chosen = newest[by_item[last_of_item]]
     item_rows_of = np.append(0, np.cumsum(np.bincount(session[chosen], minlength=len(starts)))).tolist()
-    item_json = [orjson.dumps(name).decode() for name in chunk.item_ids]
-    item_json = [item_json[i] for i in item[chosen].tolist()]
-    chosen_items = chunk.items.take(keep[chosen]).to_pylist()
+    sessions_count = len(starts)
     # rows that are not their item's newest (an item in two month buckets): they count toward the
     # int64 bound below, as batch.int64_prefix counts every member of a claim
     older = newest[by_item[~last_of_item]]
-    older_total = np.zeros(len(starts), dtype=object)
+    older_total = np.zeros(sessions_count, dtype=object)
     for s, text in zip(session[older].tolist(), chunk.items.take(keep[older]).to_pylist(), strict=True):
         older_total[s] += sum(q for _, q in parse_items(text))
-    overflow: set[int] = set()  # groups with a session whose quantities may pass int64: simulated
-    body_groups: list[int] = []
-    parsed: dict[str, tuple] = {}
-    sku_json: dict[str, str] = {}
-    ids, bodies = [], []
-    keys = chunk.group_keys
-    key_json = [orjson.dumps(k).decode() for k in keys]
-    key_fields = [b"%d:%b" % (len(k.encode()), k.encode()) for k in keys]
-    reasons = _REASONS.to_pylist()
-    for s, (g, at, by_hard, first_at, last_at, events) in enumerate(zip(
-            group[starts].tolist(), _iso(tick), hard.tolist(), _iso(ts[starts]), _iso(ts[ends - 1]),
-            (ends - starts).tolist(), strict=True)):
-        if full[g]:
-            continue
-        ia, ib = item_rows_of[s], item_rows_of[s + 1]
-        quantities: dict[str, int] = {}
-        for text in chosen_items[ia:ib]:
-            pairs = parsed.get(text)
-            if pairs is None:
-                pairs = parsed[text] = parse_items(text)
-            for sku, quantity in pairs:
-                quantities[sku] = quantities.get(sku, 0) + quantity
-        if sum(quantities.values()) + older_total[s] > MAX_QUANTITY:  # batch.int64_prefix might cut
-            overflow.add(g)
-            continue
-        items = []
-        for sku in sorted(quantities):
-            name = sku_json.get(sku)
-            if name is None:
-                name = sku_json[sku] = orjson.dumps(sku).decode()
-            items.append(f'{{"quantity":{quantities[sku]},"sku":{name}}}')
-        bid = hashlib.sha256(b"%b%b%b" % (_ID_HEAD, key_fields[g], lines[s].encode())).hexdigest()[:32]
-        ids.append(bid)
-        body_groups.append(g)
-        bodies.append(f'{{"batch_id":"{bid}","event_count":{events},"first_event_at":"{first_at}",'
-                      f'"flush_reason":"{reasons[by_hard]}","flushed_at":"{at}","group_key":{key_json[g]},'
-                      f'"item_count":{ib - ia},"item_ids":[{",".join(item_json[ia:ib])}],'
-                      f'"items":[{",".join(items)}],"last_event_at":"{last_at}",'
-                      f'"members":[{members[s]}],"schema_version":1}}')
+    totals = _Totals(chunk.items.take(keep[chosen]), session[chosen], sessions_count)
+    # groups with a session whose quantities may pass int64 (a claim may then be split): simulated
+    overflow = {int(group[starts[s]]) for s in np.flatnonzero(totals.risky | (older_total != 0)).tolist()
+                if totals.exact(s, item_rows_of) + older_total[s] > MAX_QUANTITY}
     if overflow:
         full[sorted(overflow)] = True
-        kept = ~full[group[starts]]
-        ids = [i for i, g in zip(ids, body_groups, strict=True) if g not in overflow]
-        bodies = [b for b, g in zip(bodies, body_groups, strict=True) if g not in overflow]
+    kept = ~full[group[starts]]
+    out = pa.array(np.flatnonzero(kept))
+    keys = chunk.group_keys
+    key_fields = [b"%d:%b" % (len(k.encode()), k.encode()) for k in keys]
+    line_bytes = pc.cast(lines.take(out), pa.binary()).to_pylist()
+    ids = pa.array([hashlib.sha256(b"%b%b%b" % (_ID_HEAD, key_fields[g], line)).hexdigest()[:32]
+                    for g, line in zip(group[starts[kept]].tolist(), line_bytes, strict=True)], pa.string())
+    item_json = pa.array([orjson.dumps(name).decode() for name in chunk.item_ids], pa.string())
+    item_ids = _joined(np.asarray(item_rows_of), item_json.take(item[chosen]), ",").take(out)
+    entries = pc.binary_join_element_wise('{"quantity":', pc.cast(pa.array(totals.quantity), pa.string()),
+                                          ',"sku":', totals.sku_json(), "}", "")
+    items = _joined(totals.entries_of(), entries, ",").take(out)
+    key_json = pa.array([orjson.dumps(k).decode() for k in keys], pa.string())
+    counts = {name: pc.cast(pa.array(values[kept]), pa.string())
+              for name, values in (("events", ends - starts), ("item_count", np.diff(item_rows_of)))}
+    bodies = pc.binary_join_element_wise(
+        '{"batch_id":"', ids, '","event_count":', counts["events"], ',"first_event_at":"',
+        pa.array(_iso(ts[starts[kept]]), pa.string()), '","flush_reason":"', _REASONS.take(hard[kept].astype(np.int8)),
+        '","flushed_at":"', pa.array(_iso(tick[kept]), pa.string()), '","group_key":', key_json.take(group[starts[kept]]),
+        ',"item_count":', counts["item_count"], ',"item_ids":[', item_ids, '],"items":[', items,
+        '],"last_event_at":"', pa.array(_iso(ts[ends[kept] - 1]), pa.string()), '","members":[', members.take(out),
+        '],"schema_version":1}', "")
     latencies = (tick[row_session] - first_seen)[claim]  # claim order: rows of a session together
     offsets = np.append(0, np.cumsum(rows_per_session[kept])).astype(np.int32)
-    columns = [pa.array(keys).take(group[starts[kept]]), pa.array(ids, pa.string()),
+    columns = [pa.array(keys, pa.string()).take(group[starts[kept]]), ids,
                _REASONS.take(hard[kept].astype(np.int8)), pa.array(tick[kept]),
                pa.array(rows_per_session[kept], pa.int32()), pa.array((ends - starts)[kept]),
                pa.ListArray.from_arrays(pa.array(offsets), pa.array(latencies[kept[row_session[claim]]])),
-               pa.array(bodies, pa.string())]
+               bodies]
     return pa.RecordBatch.from_arrays(columns, schema=BATCH_SCHEMA), set(np.flatnonzero(full).tolist())

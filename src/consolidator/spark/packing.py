@@ -4,7 +4,8 @@
 pandas frame, so rows, not bytes, are what it costs. Before the shuffle, :func:`pack` finishes
 decoding (``events.decode`` for what the JVM fast path could not prove valid) and packs each
 input Arrow batch into one row per shard of group keys, the shard's records as one Arrow IPC
-stream: a micro-batch of 50,000 events reaches the stateful step as about a hundred rows.
+stream: a micro-batch of 50,000 events in Arrow batches of 50,000 records (the streaming session's
+``spark.sql.execution.arrow.maxRecordsPerBatch``) reaches the stateful step as a few dozen rows.
 
 The shard of a group is Spark's ``pmod(xxhash64(group_key), shards)``, computed in the JVM for
 the records the fast path decoded and by :func:`shard_of` (the same hash, in Python) for the

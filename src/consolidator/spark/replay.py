@@ -343,8 +343,10 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFA
     poison = F.col("group_key") == POISON_GROUP
     needed = frame.select("group_key", "timestamp_ms", "topic", "partition", "offset", "item_id", "items",
                           F.when(poison, F.col("key")).alias("key"), "value", "poison_reason", "poison_detail")
-    return (needed.repartition("group_key")
-            .sortWithinPartitions("group_key", "timestamp_ms", "topic", "partition", "offset")
+    # sorted by group key only: a group's records must be contiguous (a group cut by an Arrow
+    # batch goes on in the next), and each chunk is sorted again in simulation order in Python
+    # (columnar.make_chunk). Sorting on all five keys cost about 0.7 s more per million records.
+    return (needed.repartition("group_key").sortWithinPartitions("group_key")
             .mapInArrow(_partition_function(policies), OUTPUT_SCHEMA))
 
 
