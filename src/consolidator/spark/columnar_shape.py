@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from consolidator.policy import Policy
 from consolidator.shape import (
     INT64_MAX,
+    INT64_MIN,
     EventView,
     Shape,
     aggregate,
@@ -80,8 +81,11 @@ def int64_weight(shape: Shape, event: object) -> int:
             for path in output.sums:
                 weight = max(weight, sum(abs(v) for element in value
                                          if type(v := lookup(element, path)) is int))
-        elif not within_int64({"value": value}):
-            return INT64_MAX + 1
+        else:  # first, last: any value
+            kind = type(value)
+            if ((kind is int and not INT64_MIN <= value <= INT64_MAX)
+                    or ((kind is list or kind is dict) and not within_int64({"value": value}))):
+                return INT64_MAX + 1
     return weight
 
 
