@@ -333,7 +333,11 @@ def _group_sum(output: Output, lists: Iterable[object]) -> list[dict]:
 def _evaluate(output: Output, events: Sequence[object]) -> object:
     if output.path is None:
         return len(events)  # count of members
-    values = [v for v in (lookup(e, output.path) for e in events) if v is not None]
+    return reduce_values(output, [v for v in (lookup(e, output.path) for e in events) if v is not None])
+
+
+def reduce_values(output: Output, values: list) -> object:
+    """An output with a path over the present values at its path, in source-position order."""
     op = output.op
     if op == "count":
         return len(values)

@@ -34,9 +34,9 @@ from consolidator.shape import (
     INT64_MIN,
     EventView,
     Shape,
-    aggregate,
     lookup,
     payload_of,
+    reduce_values,
     within_int64,
 )
 from consolidator.spark.columnar import (
@@ -61,19 +61,17 @@ def is_plain_shaped(policy: Policy) -> bool:
 _INT64_RISK = frozenset({"sum", "group_sum", "first", "last"})  # outputs an int64 bound concerns
 
 
-def int64_weight(shape: Shape, event: object) -> int:
-    """An event's weight toward the int64 bound: the largest, over the outputs that sum, of the
-    absolute values of the integers it adds; beyond int64 (``INT64_MAX + 1``) when a value a
-    ``first`` or ``last`` output takes does not fit int64. When the weights of a session's rows
-    add up to at most ``INT64_MAX``, no subset of them gives an output beyond int64, so
+def int64_weight(shape: Shape, values: list) -> int:
+    """An event's weight toward the int64 bound, from ``values``, what it has at each output's
+    path (:func:`_looked`): the largest, over the outputs that sum, of the absolute values of the
+    integers it adds; beyond int64 (``INT64_MAX + 1``) when a value a ``first`` or ``last``
+    output takes does not fit int64. When the weights of a session's rows add up to at most
+    ``INT64_MAX``, no subset of them gives an output beyond int64, so
     :func:`~consolidator.batch.int64_prefix` takes every member of the claim (min, max and
     distinct read numbers ingest checked, count is small)."""
     weight = 0
-    for output in shape.outputs:
-        if output.op not in _INT64_RISK or output.path is None:
-            continue
-        value = lookup(event, output.path)
-        if value is None:
+    for output, value in zip(shape.outputs, values, strict=True):
+        if value is None or output.op not in _INT64_RISK:
             continue
         if output.op == "sum":
             weight = max(weight, abs(value) if type(value) is int else 0)
@@ -89,9 +87,21 @@ def int64_weight(shape: Shape, event: object) -> int:
     return weight
 
 
+def _looked(shape: Shape, event: object) -> list:
+    """The event's value at each output's path (None: absent, or an output without a path)."""
+    return [None if o.path is None else lookup(event, o.path) for o in shape.outputs]
+
+
 def int64_safe(shape: Shape, events: list) -> bool:
     """Whether no subset of ``events`` (a session's rows) can give an output beyond int64."""
-    return sum(int64_weight(shape, e) for e in events) <= INT64_MAX
+    return sum(int64_weight(shape, _looked(shape, e)) for e in events) <= INT64_MAX
+
+
+def _aggregates(shape: Shape, looked: list[list]) -> dict[str, object]:
+    """:func:`consolidator.shape.aggregate` over the events whose values are ``looked``."""
+    return {o.name: len(looked) if o.path is None else reduce_values(o, [v for values in looked
+                                                                         if (v := values[k]) is not None])
+            for k, o in enumerate(shape.outputs)}
 
 
 def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[int]]:
@@ -153,26 +163,32 @@ def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch,
     item_json = [orjson.dumps(name).decode() for name in chunk.item_ids]
     member_item = item[member].tolist()
     texts = chunk.items.take(keep[member]).to_pylist()  # each row's stored {"event": ...}
-    handed: set[int] = set()
-    events: dict[int, object] = {}  # event index -> its event (parsed once)
-    payload: dict[int, str] = {}  # event index -> the member's "event" text
-    for index, text in zip(member.tolist(), texts, strict=True):
-        event = events[index] = orjson.loads(text)["event"]
+    member_list = member.tolist()
+    looked: dict[int, list] = {}  # event index -> its values at the outputs' paths (parsed once)
+    entry = []  # per member row, its entry of "members"
+    for r, (index, text) in enumerate(zip(member_list, texts, strict=True)):
+        event = orjson.loads(text)["event"]
+        looked[index] = _looked(shape, event)
+        head = "{"
         if shape.carries_payload:
-            payload[index] = orjson.dumps(payload_of(EventView(event), shape), option=_SORTED).decode()
+            head = f'{{"event":{orjson.dumps(payload_of(EventView(event), shape), option=_SORTED).decode()},'
+        entry.append(f'{head}"item_id":{item_json[member_item[r]]},"offset":{offset_text[r]},'
+                     f'"partition":{partition_text[r]},"topic":{topic_json[topic_of[r]]}}}')
+    line = [f"{topic_field[t]}{len(p)}:{p}{len(o)}:{o}" for t, p, o in zip(topic_of, partition_text, offset_text,
+                                                                          strict=True)]
+    handed: set[int] = set()
     # sessions whose rows' int64 weights may add up beyond int64: handed back (a float sum,
     # compared with half the bound, errs on the safe side)
     if any(o.op in _INT64_RISK and o.path is not None for o in shape.outputs):
-        weights = np.array([float(int64_weight(shape, events[i])) for i in member.tolist()])
+        weights = np.array([float(int64_weight(shape, looked[i])) for i in member_list])
         at_risk = np.add.reduceat(weights, np.asarray(row_bounds[:-1])) > 2.0**62
-        for g in group[starts[at_risk & (rows_per_session > 0)]].tolist():
-            handed.add(g)
+        handed.update(group[starts[at_risk]].tolist())
     keys = chunk.group_keys
     key_json = [orjson.dumps(k).decode() for k in keys]
     key_fields = [b"%d:%b" % (len(k.encode()), k.encode()) for k in keys]
     reasons = _REASONS.to_pylist()
-    member_list = member.tolist()
-    chosen_list, chosen_items = chosen.tolist(), item[chosen_by_item].tolist()
+    chosen_looked = [looked[i] for i in chosen.tolist()]
+    chosen_json = [item_json[i] for i in item[chosen_by_item].tolist()]
     body_groups: list[int] = []
     ids, bodies = [], []
     for s, (g, at, by_hard, first_at, last_at, count) in enumerate(zip(
@@ -181,27 +197,15 @@ def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch,
         if full[g] or g in handed:
             continue
         ra, rb = row_bounds[s], row_bounds[s + 1]
-        rows = member_list[ra:rb]
         ia, ib = item_bounds[s], item_bounds[s + 1]
-        aggregates = orjson.dumps(aggregate(shape, [events[i] for i in chosen_list[ia:ib]]), option=_SORTED).decode()
-        line = "".join(f"{topic_field[topic_of[r]]}{len(partition_text[r])}:{partition_text[r]}"
-                       f"{len(offset_text[r])}:{offset_text[r]}" for r in range(ra, rb))
-        bid = hashlib.sha256(b"%b%b%b" % (_ID_HEAD, key_fields[g], line.encode())).hexdigest()[:32]
-        if shape.carries_payload:
-            entries = ",".join(f'{{"event":{payload[i]},"item_id":{item_json[member_item[r]]},"offset":{offset_text[r]},'
-                               f'"partition":{partition_text[r]},"topic":{topic_json[topic_of[r]]}}}'
-                               for r, i in zip(range(ra, rb), rows, strict=True))
-        else:
-            entries = ",".join(f'{{"item_id":{item_json[member_item[r]]},"offset":{offset_text[r]},'
-                               f'"partition":{partition_text[r]},"topic":{topic_json[topic_of[r]]}}}'
-                               for r in range(ra, rb))
+        aggregates = orjson.dumps(_aggregates(shape, chosen_looked[ia:ib]), option=_SORTED).decode()
+        bid = hashlib.sha256(b"%b%b%b" % (_ID_HEAD, key_fields[g], "".join(line[ra:rb]).encode())).hexdigest()[:32]
         ids.append(bid)
         body_groups.append(g)
         bodies.append(f'{{"aggregates":{aggregates},"batch_id":"{bid}","event_count":{count},'
                       f'"first_event_at":"{first_at}","flush_reason":"{reasons[by_hard]}","flushed_at":"{at}",'
-                      f'"group_key":{key_json[g]},"item_count":{ib - ia},'
-                      f'"item_ids":[{",".join(item_json[i] for i in chosen_items[ia:ib])}],'
-                      f'"last_event_at":"{last_at}","members":[{entries}],"schema_version":2}}')
+                      f'"group_key":{key_json[g]},"item_count":{ib - ia},"item_ids":[{",".join(chosen_json[ia:ib])}],'
+                      f'"last_event_at":"{last_at}","members":[{",".join(entry[ra:rb])}],"schema_version":2}}')
     if handed:
         full[sorted(handed)] = True
         ids = [i for i, g in zip(ids, body_groups, strict=True) if g not in handed]
