@@ -20,9 +20,10 @@ from consolidator.batch import encode
 from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, decode
 from consolidator.policy import FlushReason, Policy
 from consolidator.shape import Shape, parse_outputs, stored_text
+from consolidator.shape_bounds import int64_safe
 from consolidator.spark.buffer import BufferedEvent
 from consolidator.spark.columnar import make_chunk, parse_items
-from consolidator.spark.columnar_shape import int64_safe, is_plain_shaped, simulate_chunk_shaped
+from consolidator.spark.columnar_shape import is_plain_shaped, simulate_chunk_shaped
 from consolidator.spark.replay import simulate_group
 
 MONTH_END = 1_798_761_600_000  # 2027-01-01T00:00:00Z

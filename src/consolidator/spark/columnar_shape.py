@@ -29,16 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from consolidator.policy import Policy
-from consolidator.shape import (
-    INT64_MAX,
-    INT64_MIN,
-    EventView,
-    Shape,
-    lookup,
-    payload_of,
-    reduce_values,
-    within_int64,
-)
+from consolidator.shape import EventView, Shape, payload_of, reduce_values
+from consolidator.shape_bounds import int64_bounded, int64_weight, looked_values
 from consolidator.spark.columnar import (
     _ID_HEAD,
     _REASONS,
@@ -56,45 +48,6 @@ _SORTED = orjson.OPT_SORT_KEYS
 def is_plain_shaped(policy: Policy) -> bool:
     """A plain policy (no rate limit, TTL or byte cap) with a generic event shape."""
     return policy.shape is not None and is_plain(dataclasses.replace(policy, shape=None))
-
-
-_INT64_RISK = frozenset({"sum", "group_sum", "first", "last"})  # outputs an int64 bound concerns
-
-
-def int64_weight(shape: Shape, values: list) -> int:
-    """An event's weight toward the int64 bound, from ``values``, what it has at each output's
-    path (:func:`_looked`): the largest, over the outputs that sum, of the absolute values of the
-    integers it adds; beyond int64 (``INT64_MAX + 1``) when a value a ``first`` or ``last``
-    output takes does not fit int64. When the weights of a session's rows add up to at most
-    ``INT64_MAX``, no subset of them gives an output beyond int64, so
-    :func:`~consolidator.batch.int64_prefix` takes every member of the claim (min, max and
-    distinct read numbers ingest checked, count is small)."""
-    weight = 0
-    for output, value in zip(shape.outputs, values, strict=True):
-        if value is None or output.op not in _INT64_RISK:
-            continue
-        if output.op == "sum":
-            weight = max(weight, abs(value) if type(value) is int else 0)
-        elif output.op == "group_sum":
-            for path in output.sums:
-                weight = max(weight, sum(abs(v) for element in value
-                                         if type(v := lookup(element, path)) is int))
-        else:  # first, last: any value
-            kind = type(value)
-            if ((kind is int and not INT64_MIN <= value <= INT64_MAX)
-                    or ((kind is list or kind is dict) and not within_int64({"value": value}))):
-                return INT64_MAX + 1
-    return weight
-
-
-def _looked(shape: Shape, event: object) -> list:
-    """The event's value at each output's path (None: absent, or an output without a path)."""
-    return [None if o.path is None else lookup(event, o.path) for o in shape.outputs]
-
-
-def int64_safe(shape: Shape, events: list) -> bool:
-    """Whether no subset of ``events`` (a session's rows) can give an output beyond int64."""
-    return sum(int64_weight(shape, _looked(shape, e)) for e in events) <= INT64_MAX
 
 
 def _aggregates(shape: Shape, looked: list[list]) -> dict[str, object]:
@@ -168,7 +121,7 @@ def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch,
     entry = []  # per member row, its entry of "members"
     for r, (index, text) in enumerate(zip(member_list, texts, strict=True)):
         event = orjson.loads(text)["event"]
-        looked[index] = _looked(shape, event)
+        looked[index] = looked_values(shape, event)
         head = "{"
         if shape.carries_payload:
             head = f'{{"event":{orjson.dumps(payload_of(EventView(event), shape), option=_SORTED).decode()},'
@@ -179,7 +132,7 @@ def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch,
     handed: set[int] = set()
     # sessions whose rows' int64 weights may add up beyond int64: handed back (a float sum,
     # compared with half the bound, errs on the safe side)
-    if any(o.op in _INT64_RISK and o.path is not None for o in shape.outputs):
+    if int64_bounded(shape):
         weights = np.array([float(int64_weight(shape, looked[i])) for i in member_list])
         at_risk = np.add.reduceat(weights, np.asarray(row_bounds[:-1])) > 2.0**62
         handed.update(group[starts[at_risk]].tolist())
