@@ -3,16 +3,17 @@
 The sessions, rows, claims and latencies of a plain policy do not depend on the shape: they are
 computed here with numpy over all groups of a chunk, by the rule of
 :mod:`consolidator.spark.columnar` (whose helpers this module uses). What the shape changes is
-the message: each session's ``aggregates`` are :func:`consolidator.shape.aggregate` over the
-newest event of each item (position order), each member carries its own event projected by
-:func:`consolidator.shape.payload_of`, and the body is written as the text
-:func:`consolidator.batch.encode` gives for :func:`~consolidator.batch.build_message`, without
-building the message dict. Each event is parsed once and its payload encoded once, however
-many batches of the chunk it is in.
+the message: each session's ``aggregates`` are what :func:`consolidator.shape.aggregate` gives
+over the newest event of each item (position order: its values at the outputs' paths, looked
+up once per event, reduced by :func:`~consolidator.shape.reduce_values`), each member carries
+its own event projected by :func:`consolidator.shape.payload_of`, and the body is written as the
+text :func:`consolidator.batch.encode` gives for :func:`~consolidator.batch.build_message`,
+without building the message dict. Each member's event is parsed and its payload encoded once.
 
 A group is handed back to :func:`replay.simulate` (the reference) when one of its sessions
 reaches ``max_batch_size`` rows, or when an integer output of a session might leave int64 on
-some prefix of its claim (where :func:`consolidator.batch.fit_claims` may split it).
+some prefix of its claim (the bound of :mod:`consolidator.shape_bounds`; there
+:func:`consolidator.batch.fit_claims` may split it).
 
 Guarantee: exactly :func:`replay.simulate_group`'s batches, members, messages and latencies
 (``tests/unit/test_columnar_shape.py``, a property test over random shapes and histories).
