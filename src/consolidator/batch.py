@@ -33,15 +33,8 @@ import orjson
 
 from consolidator.events import MAX_QUANTITY, SourcePosition
 from consolidator.policy import FlushReason, Policy
-from consolidator.shape import (
-    INT64_MAX,
-    EventView,
-    Shape,
-    aggregate,
-    payload_of,
-    surely_within_int64,
-    within_int64,
-)
+from consolidator.shape import INT64_MAX, EventView, Shape, aggregate, payload_of, within_int64
+from consolidator.shape_bounds import int64_safe
 
 SCHEMA_VERSION = 1
 SCHEMA_VERSION_SHAPED = 2  # a generic event shape (schemas/batch-v2.schema.json)
@@ -325,8 +318,8 @@ def int64_prefix(members: Sequence[Member], shape: Shape | None = None) -> int:
     members together fit (always, unless quantities reach 10**18 or so). A generic ``shape``:
     the longest prefix (:func:`fit_count`) whose integer outputs all fit int64."""
     if shape is not None:
-        if surely_within_int64(shape, [_view(x.items).event for x in members]):
-            return len(members)  # every prefix fits: what fit_count would find, one pass
+        if int64_safe(shape, [_view(x.items).event for x in members]):
+            return len(members)  # every prefix fits (shape_bounds): what probing gives, without it
         return fit_count(lambda m: within_int64(aggregate(shape, [
             _view(x.items).event for x in sorted(_newest_per_item(members[:m]).values(), key=lambda x: x.position)])),
             lambda m: min(m, len(members)))

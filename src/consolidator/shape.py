@@ -227,7 +227,11 @@ def _group_sum(output: Output, lists: Iterable[object]) -> list[dict]:
 def _evaluate(output: Output, events: Sequence[object]) -> object:
     if output.path is None:
         return len(events)  # count of members
-    values = [v for v in (lookup(e, output.path) for e in events) if v is not None]
+    return reduce_values(output, [v for v in (lookup(e, output.path) for e in events) if v is not None])
+
+
+def reduce_values(output: Output, values: list) -> object:
+    """An output with a path over the present values at its path, in source-position order."""
     op = output.op
     if op == "count":
         return len(values)
@@ -262,25 +266,6 @@ def within_int64(outputs: dict[str, object]) -> bool:
             return all(fits(v) for v in value.values())
         return True
     return fits(outputs)
-
-
-def surely_within_int64(shape: Shape, events: Sequence[object]) -> bool:
-    """True when the outputs over any selection of ``events`` surely fit a signed 64-bit integer
-    (:func:`within_int64`, unchecked): the integers each sum reads add up to at most INT64_MAX
-    in absolute value, every other output's integers are each within int64. False when that
-    does not hold, or for a ``group_sum`` (no cheap bound): the caller checks each selection."""
-    for output in shape.outputs:
-        if output.path is None or output.op == "count":
-            continue  # a count of members
-        if output.op == "group_sum":
-            return False
-        values = [v for v in (lookup(e, output.path) for e in events) if v is not None]
-        if output.op == "sum":
-            if sum([abs(v) for v in values if type(v) is int]) > INT64_MAX:
-                return False
-        elif not within_int64({output.name: values}):
-            return False
-    return True
 
 
 def stored_items(text: str | bytes) -> tuple[tuple[str, int], ...] | EventView:

@@ -4,6 +4,7 @@ flush services on MariaDB) and in the Spark replay (issue 22)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -16,8 +17,12 @@ from consolidator.policy import Policy, RateLimit
 
 pytestmark = pytest.mark.spark
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
-def test_random_shapes_and_histories_give_identical_batches_on_both_engines(spark, store, tmp_path, seed):
+@pytest.mark.parametrize(("seed", "plain"), [(1, False), (2, False), (3, False), (4, False), (5, False),
+                                             (6, False), (7, True), (8, True)])
+def test_random_shapes_and_histories_give_identical_batches_on_both_engines(spark, store, tmp_path, seed, plain):
+    """``plain``: no rate limit, TTL or byte cap, so that the replay simulates the groups columnar
+    (``spark/columnar_shape.py``) but for those it hands back."""
+    from consolidator.spark.columnar_shape import is_plain_shaped
     from consolidator.spark.replay import NamedPolicy, replay
     from consolidator.spark.transforms import records as to_records
 
@@ -27,6 +32,9 @@ def test_random_shapes_and_histories_give_identical_batches_on_both_engines(spar
     policy = Policy(debounce_ms=60_000, hard_window_ms=300_000, max_batch_size=rng.choice([3, 6, 50]),
                     tick_interval_ms=30_000, max_batch_bytes=rng.choice([None, 2500]),
                     rate_limit=rng.choice([None, RateLimit(1, 180_000)]), ttl_ms=rng.choice([0, 60_000]), shape=shape)
+    if plain:
+        policy = dataclasses.replace(policy, max_batch_bytes=None, rate_limit=None, ttl_ms=0)
+        assert is_plain_shaped(policy)
     records = random_history(rng, START)
     lambda_batches, lambda_dead = serverless(records, store, tmp_path, policy, names)
     lambda_bodies = sorted((tmp_path / "serverless-batches.jsonl").read_bytes().splitlines())

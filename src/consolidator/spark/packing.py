@@ -126,6 +126,16 @@ def _decode_rest(shard, columns: dict, names: FieldNames, max_event_bytes: int, 
     decoded = {name: columns[name].to_pylist() for name in ("group_key", "item_id", "items")}
     decoded |= {"poison_reason": [None] * len(shard), "poison_detail": [None] * len(shard)}
     raw, keys = columns["value"].to_pylist(), columns["key"].to_pylist()
+    if names.shape is not None and values is None:  # a generic shape: the common case in one pass
+        from consolidator.spark.decode_shape import decode_shaped
+
+        done = decode_shaped([raw[i] for i in todo], names, max_event_bytes)
+        for j, i in enumerate(todo.tolist()):
+            if done[0][j] is not None:
+                decoded["group_key"][i], decoded["item_id"][i], decoded["items"][i] = (c[j] for c in done[:3])
+                shard[i] = shard_of(done[0][j], shards)
+                raw[i] = keys[i] = None
+        todo = todo[done[3]]
     for i in todo:
         result = decode_value(raw[i] or b"", names, max_event_bytes, values)
         for name in decoded:

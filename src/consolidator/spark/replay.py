@@ -217,12 +217,14 @@ BATCH, DEAD_LETTER, SUMMARY, EXPIRED = "batch", "dead_letter", "summary", "expir
 def _partition_function(policies: Sequence[NamedPolicy]):
     """The Arrow function over one partition of decoded records
     (:data:`~consolidator.spark.transforms.DECODED_SCHEMA`), clustered by group key: whole
-    groups at a time go to :func:`columnar.simulate_chunk` (plain policies) or
-    :func:`simulate` (the rest, and the groups the columnar path hands back)."""
+    groups at a time go to :func:`columnar.simulate_chunk` (plain policies),
+    :func:`columnar_shape.simulate_chunk_shaped` (plain policies with a generic event shape) or
+    :func:`simulate` (the rest, and the groups the columnar paths hand back)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from consolidator.spark.columnar import is_plain, make_chunk, simulate_chunk
+    from consolidator.spark.columnar_shape import is_plain_shaped, simulate_chunk_shaped
     from consolidator.spark.transforms import POISON_GROUP
 
     out_schema = pa.schema([
@@ -290,6 +292,9 @@ def _partition_function(policies: Sequence[NamedPolicy]):
             handed_back = set(range(len(chunk.group_keys)))
             if is_plain(named.policy):
                 batches, handed_back = simulate_chunk(chunk, named.policy)
+                yield columns(BATCH, named.name, batches)
+            elif is_plain_shaped(named.policy):
+                batches, handed_back = simulate_chunk_shaped(chunk, named.policy)
                 yield columns(BATCH, named.name, batches)
             for g in sorted(handed_back):
                 reference(named.name, chunk.group_keys[g], events(g), named.policy, rows)

@@ -3,7 +3,8 @@
 :class:`ShardStep` is everything the stateful processor of :mod:`consolidator.spark.streaming`
 does with a shard's state row when Spark hands it a micro-batch's records
 (:meth:`ShardStep.input_rows`) or an expired timer (:meth:`ShardStep.timer`): load the rows in the
-layout of the policy (:class:`~consolidator.spark.pending.PendingTable` under a plain policy, else
+layout of the policy (:class:`~consolidator.spark.pending.PendingTable` under a plain policy, with
+or without a generic shape, else
 :class:`~consolidator.spark.shards.Shard`), ingest, claim what is due, build the messages with the
 policy's shape, and say what to store and which timer to delete or register. The processor only
 reads the state row, applies the :class:`StepResult` to Spark's state and timers, and yields its
@@ -27,6 +28,7 @@ from consolidator.policy import Policy
 from consolidator.sinks.deadletter import expired_entry, poison_entry
 from consolidator.spark.buffer import BufferedEvent, PendingBuffer
 from consolidator.spark.columnar import is_plain, parse_items
+from consolidator.spark.columnar_shape import is_plain_shaped
 from consolidator.spark.delivery import BATCH
 from consolidator.spark.pending import PendingTable
 from consolidator.spark.shards import Shard, check_shards
@@ -54,7 +56,8 @@ class ShardStep:
         self.policy = policy
         self.shards = shards
         self.ack_key = ack_key
-        self.plain = is_plain(policy)  # rows as columns (PendingTable), else per group (Shard)
+        # rows as columns (PendingTable) under a plain policy, whatever its shape, else per group (Shard)
+        self.plain = is_plain(policy) or is_plain_shaped(policy)
 
     def input_rows(self, stored: tuple | None, records, now_ms: int) -> StepResult:
         """A micro-batch's records of this shard (:data:`~consolidator.spark.packing.RECORD_COLUMNS`),

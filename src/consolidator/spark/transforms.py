@@ -244,6 +244,11 @@ def _fallback(names: FieldNames, max_event_bytes: int, values: ValueFormat | Non
         if not todo:
             return pa.nulls(count, out_type)
         rows: list[dict | None] = [None] * count
+        if names.shape is not None and values is None:  # a generic shape: the common case in one pass
+            todo, decoded = _decode_shaped(value, todo, names, max_event_bytes)
+            if not todo:
+                return decoded
+            rows = decoded.to_pylist()
         for index in todo:
             rows[index] = decode_value(value[index].as_py(), names, max_event_bytes, values)
         return pa.array(rows, out_type)
@@ -252,6 +257,26 @@ def _fallback(names: FieldNames, max_event_bytes: int, values: ValueFormat | Non
     if hasattr(F, "arrow_udf"):  # Spark >= 4.1
         return F.arrow_udf(fallback, _FALLBACK_TYPE)
     return _as_pandas_udf(fallback, out_type)
+
+
+def _decode_shaped(value, todo: list[int], names: FieldNames, max_event_bytes: int):
+    """:func:`~consolidator.spark.decode_shape.decode_shaped` of the values at ``todo``: the
+    indices it left to ``events.decode``, and the decoded columns (:data:`_FALLBACK_TYPE`,
+    null elsewhere)."""
+    import pyarrow as pa
+
+    from consolidator.spark.decode_shape import decode_shaped
+
+    count, raw = len(value), value.to_pylist()
+    groups, item_ids, items, rest = decode_shaped([raw[i] for i in todo], names, max_event_bytes)
+    columns: list[list] = [[None] * count for _ in range(3)]
+    for j, index in enumerate(todo):
+        columns[0][index], columns[1][index], columns[2][index] = groups[j], item_ids[j], items[j]
+    nulls = pa.array([g is None for g in columns[0]])
+    decoded = pa.StructArray.from_arrays(
+        [pa.array(c, pa.string()) for c in columns] + [pa.nulls(count, pa.string())] * 2,
+        names=["group_key", "item_id", "items", "poison_reason", "poison_detail"], mask=nulls)
+    return [todo[j] for j in rest], decoded
 
 
 def _as_pandas_udf(fallback, out_type):

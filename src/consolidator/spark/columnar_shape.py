@@ -1,0 +1,175 @@
+"""The replay's columnar simulation under a generic event shape (version 2 messages).
+
+The sessions, rows, claims and latencies of a plain policy do not depend on the shape: they are
+computed here with numpy over all groups of a chunk, by the rule of
+:mod:`consolidator.spark.columnar` (whose helpers this module uses). What the shape changes is
+the message: each session's ``aggregates`` are what :func:`consolidator.shape.aggregate` gives
+over the newest event of each item (position order: its values at the outputs' paths, looked
+up once per event, reduced by :func:`~consolidator.shape.reduce_values`), each member carries
+its own event projected by :func:`consolidator.shape.payload_of`, and the body is written as the
+text :func:`consolidator.batch.encode` gives for :func:`~consolidator.batch.build_message`,
+without building the message dict. Each member's event is parsed and its payload encoded once.
+
+A group is handed back to :func:`replay.simulate` (the reference) when one of its sessions
+reaches ``max_batch_size`` rows, or when an integer output of a session might leave int64 on
+some prefix of its claim (the bound of :mod:`consolidator.shape_bounds`; there
+:func:`consolidator.batch.fit_claims` may split it).
+
+Guarantee: exactly :func:`replay.simulate_group`'s batches, members, messages and latencies
+(``tests/unit/test_columnar_shape.py``, a property test over random shapes and histories).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from consolidator.policy import Policy
+from consolidator.shape import EventView, Shape, payload_of, reduce_values
+from consolidator.shape_bounds import int64_bounded, int64_weight, looked_values
+from consolidator.spark.columnar import (
+    _ID_HEAD,
+    _REASONS,
+    BATCH_SCHEMA,
+    Chunk,
+    _ceil_tick,
+    _iso,
+    is_plain,
+    sessions,
+)
+
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+def is_plain_shaped(policy: Policy) -> bool:
+    """A plain policy (no rate limit, TTL or byte cap) with a generic event shape."""
+    return policy.shape is not None and is_plain(dataclasses.replace(policy, shape=None))
+
+
+def _aggregates(shape: Shape, looked: list[list]) -> dict[str, object]:
+    """:func:`consolidator.shape.aggregate` over the events whose values are ``looked``."""
+    return {o.name: len(looked) if o.path is None else reduce_values(o, [v for values in looked
+                                                                         if (v := values[k]) is not None])
+            for k, o in enumerate(shape.outputs)}
+
+
+def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[int]]:
+    """Batches (:data:`~consolidator.spark.columnar.BATCH_SCHEMA`, version 2 bodies) of every group
+    of ``chunk`` this path can simulate under ``policy`` (plain, with a shape), in group then
+    flush order, and the groups (indices) it hands back to :func:`replay.simulate`."""
+    shape = policy.shape
+    assert shape is not None and is_plain_shaped(policy)
+    keep = np.flatnonzero(chunk.first)
+    group, ts = chunk.group[keep], chunk.ts[keep]
+    topic, partition, offset = chunk.topic[keep], chunk.partition[keep], chunk.offset[keep]
+    n = len(ts)
+    if n == 0:
+        return pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA), set()
+    starts = sessions(group, ts, policy)
+    session = np.zeros(n, dtype=np.int64)
+    session[starts[1:]] = 1
+    session = np.cumsum(session)
+    month = ts.astype("datetime64[ms]").astype("datetime64[M]").astype(np.int64)
+    item = chunk.item[keep]
+    # rows: one per (session, month bucket, item); the newest position's event is the row's
+    order = np.lexsort((offset, partition, topic, item, month, session))
+    s_o, m_o, i_o = session[order], month[order], item[order]
+    row_break = np.ones(n, dtype=bool)
+    row_break[1:] = (s_o[1:] != s_o[:-1]) | (m_o[1:] != m_o[:-1]) | (i_o[1:] != i_o[:-1])
+    row_start = np.flatnonzero(row_break)
+    row_last = np.append(row_start[1:], n) - 1
+    first_seen = np.minimum.reduceat(ts[order], row_start)
+    newest = order[row_last]  # event index of each row's newest position
+    row_session = s_o[row_start]
+    rows_per_session = np.bincount(row_session, minlength=len(starts))
+    full = np.zeros(len(chunk.group_keys), dtype=bool)
+    full[group[starts[rows_per_session >= policy.max_batch_size]]] = True
+    claim = np.lexsort((offset[newest], partition[newest], topic[newest], first_seen, row_session))
+    ends = np.append(starts[1:], n)
+    hard_at = _ceil_tick(ts[starts] + policy.hard_window_ms, policy.tick_interval_ms)
+    idle_at = _ceil_tick(ts[ends - 1] + policy.debounce_ms, policy.tick_interval_ms)
+    tick = np.minimum(hard_at, idle_at)
+    hard = tick - ts[starts] >= policy.hard_window_ms
+    # members: rows in position order inside each session (their events, once each)
+    member = newest[np.lexsort((offset[newest], partition[newest], topic[newest], row_session))]
+    row_bounds = np.append(0, np.cumsum(rows_per_session)).tolist()
+    # per item, the row with the newest position (rows of one item differ by month bucket), then
+    # those in position order: the events the outputs read
+    by_item = np.lexsort((offset[newest], partition[newest], topic[newest], item[newest], row_session))
+    item_rows = item[newest[by_item]]
+    last_of_item = np.ones(len(by_item), dtype=bool)
+    last_of_item[:-1] = (row_session[by_item][1:] != row_session[by_item][:-1]) | (item_rows[1:] != item_rows[:-1])
+    chosen_by_item = newest[by_item[last_of_item]]  # (session, item id) order: the item ids sorted
+    chosen = chosen_by_item[np.lexsort((offset[chosen_by_item], partition[chosen_by_item], topic[chosen_by_item],
+                                        session[chosen_by_item]))]
+    item_bounds = np.append(0, np.cumsum(np.bincount(session[chosen], minlength=len(starts)))).tolist()
+    # batch-id lines and member entries, by position inside each session
+    partition_text = pc.cast(pa.array(partition[member]), pa.string()).to_pylist()
+    offset_text = pc.cast(pa.array(offset[member]), pa.string()).to_pylist()
+    topic_of = topic[member].tolist()
+    topic_json = [orjson.dumps(t).decode() for t in chunk.topics]
+    topic_field = [f"{len(t.encode())}:{t}1:0" for t in chunk.topics]
+    item_json = [orjson.dumps(name).decode() for name in chunk.item_ids]
+    member_item = item[member].tolist()
+    texts = chunk.items.take(keep[member]).to_pylist()  # each row's stored {"event": ...}
+    member_list = member.tolist()
+    looked: dict[int, list] = {}  # event index -> its values at the outputs' paths (parsed once)
+    entry = []  # per member row, its entry of "members"
+    for r, (index, text) in enumerate(zip(member_list, texts, strict=True)):
+        event = orjson.loads(text)["event"]
+        looked[index] = looked_values(shape, event)
+        head = "{"
+        if shape.carries_payload:
+            head = f'{{"event":{orjson.dumps(payload_of(EventView(event), shape), option=_SORTED).decode()},'
+        entry.append(f'{head}"item_id":{item_json[member_item[r]]},"offset":{offset_text[r]},'
+                     f'"partition":{partition_text[r]},"topic":{topic_json[topic_of[r]]}}}')
+    line = [f"{topic_field[t]}{len(p)}:{p}{len(o)}:{o}" for t, p, o in zip(topic_of, partition_text, offset_text,
+                                                                          strict=True)]
+    handed: set[int] = set()
+    # sessions whose rows' int64 weights may add up beyond int64: handed back (a float sum,
+    # compared with half the bound, errs on the safe side)
+    if int64_bounded(shape):
+        weights = np.array([float(int64_weight(shape, looked[i])) for i in member_list])
+        at_risk = np.add.reduceat(weights, np.asarray(row_bounds[:-1])) > 2.0**62
+        handed.update(group[starts[at_risk]].tolist())
+    keys = chunk.group_keys
+    key_json = [orjson.dumps(k).decode() for k in keys]
+    key_fields = [b"%d:%b" % (len(k.encode()), k.encode()) for k in keys]
+    reasons = _REASONS.to_pylist()
+    chosen_looked = [looked[i] for i in chosen.tolist()]
+    chosen_json = [item_json[i] for i in item[chosen_by_item].tolist()]
+    body_groups: list[int] = []
+    ids, bodies = [], []
+    for s, (g, at, by_hard, first_at, last_at, count) in enumerate(zip(
+            group[starts].tolist(), _iso(tick), hard.tolist(), _iso(ts[starts]), _iso(ts[ends - 1]),
+            (ends - starts).tolist(), strict=True)):
+        if full[g] or g in handed:
+            continue
+        ra, rb = row_bounds[s], row_bounds[s + 1]
+        ia, ib = item_bounds[s], item_bounds[s + 1]
+        aggregates = orjson.dumps(_aggregates(shape, chosen_looked[ia:ib]), option=_SORTED).decode()
+        bid = hashlib.sha256(b"%b%b%b" % (_ID_HEAD, key_fields[g], "".join(line[ra:rb]).encode())).hexdigest()[:32]
+        ids.append(bid)
+        body_groups.append(g)
+        bodies.append(f'{{"aggregates":{aggregates},"batch_id":"{bid}","event_count":{count},'
+                      f'"first_event_at":"{first_at}","flush_reason":"{reasons[by_hard]}","flushed_at":"{at}",'
+                      f'"group_key":{key_json[g]},"item_count":{ib - ia},"item_ids":[{",".join(chosen_json[ia:ib])}],'
+                      f'"last_event_at":"{last_at}","members":[{",".join(entry[ra:rb])}],"schema_version":2}}')
+    if handed:
+        full[sorted(handed)] = True
+        ids = [i for i, g in zip(ids, body_groups, strict=True) if g not in handed]
+        bodies = [b for b, g in zip(bodies, body_groups, strict=True) if g not in handed]
+    kept = ~full[group[starts]]
+    latencies = (tick[row_session] - first_seen)[claim]  # claim order: rows of a session together
+    offsets = np.append(0, np.cumsum(rows_per_session[kept])).astype(np.int32)
+    columns = [pa.array(keys).take(group[starts[kept]]), pa.array(ids, pa.string()),
+               _REASONS.take(hard[kept].astype(np.int8)), pa.array(tick[kept]),
+               pa.array(rows_per_session[kept], pa.int32()), pa.array((ends - starts)[kept]),
+               pa.ListArray.from_arrays(pa.array(offsets), pa.array(latencies[kept[row_session[claim]]])),
+               pa.array(bodies, pa.string())]
+    return pa.RecordBatch.from_arrays(columns, schema=BATCH_SCHEMA), set(np.flatnonzero(full).tolist())
