@@ -211,7 +211,9 @@ def run_aggregator(spark, directory: Path, workdir: Path, files: int, files_per_
     rows_in = lambda: sum(p["numInputRows"] for p in query.recentProgress)
 
     def written() -> tuple[int, int]:
-        lines = out.read_text().splitlines() if out.exists() else []
+        """Batches and events in the file so far: whole lines only (the writer may be mid-line)."""
+        text = out.read_bytes() if out.exists() else b""
+        lines = text[:text.rfind(b"\n") + 1].splitlines()
         return len(lines), sum(json.loads(line)["event_count"] for line in lines)
 
     # done: every record read and every event out (batches count each coalesced event)
