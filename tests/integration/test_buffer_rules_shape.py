@@ -174,6 +174,25 @@ def test_a_claim_the_byte_cap_splits_counts_each_batch_against_the_rate_limit(sh
     outcome.check()
 
 
+def test_a_batch_under_the_byte_cap_then_keeps_its_sums_within_int64(shared):  # noqa: F811
+    """Sums that leave int64 and come back (2^62, 1, 2^62, -2^62) with a byte cap that holds
+    three members: the Lambda path takes the prefix under the cap, then of it the prefix whose
+    sums fit (two members); the step once took the int64 prefix of the whole claim (all four,
+    their sum fits) and then the byte cap's three, a batch whose sum is 2^63 + 1."""
+    shape = Shape(parse_outputs('[{"name": "s", "op": "sum", "path": "amount"}]'), False, None)
+    names = FieldNames(group_key="tenant", item_id="user", shape=shape)
+    history = [KafkaRecord("events", 0, offset, MONTH_END, b"T0", orjson.dumps(
+        {"tenant": "T0", "user": f"u{offset}", "amount": amount}))
+        for offset, amount in enumerate([2**62, 1, 2**62, -2**62])]
+    policy = Policy(debounce_ms=2_000, hard_window_ms=20_000, max_batch_size=4, tick_interval_ms=5_000,
+                    max_batch_bytes=560, shape=shape)
+    outcome = both_paths(shared, names, history, policy, job_step(policy, names, 1), 1, random.Random(0))
+    messages = sorted((json.loads(body) for *_, body in outcome.lambda_batches), key=lambda m: m["item_ids"])
+    assert [(m["item_ids"], m["aggregates"]["s"]) for m in messages] == [
+        (["u0", "u1"], 2**62 + 1), (["u2", "u3"], 0)]
+    outcome.check()
+
+
 @dataclasses.dataclass
 class Outcome:
     """What each path produced: batches as (group, batch id, flush time, bytes), expired entries

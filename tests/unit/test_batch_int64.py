@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import random
 
-from consolidator.batch import Member, build_message, fit_claims, int64_prefix, split_to_fit
+from consolidator.batch import (
+    Member,
+    MessageOptions,
+    build_message,
+    fit_claims,
+    int64_prefix,
+    message_bytes,
+    split_to_fit,
+)
 from consolidator.events import MAX_QUANTITY, SourcePosition
 from consolidator.policy import FlushReason, Policy
+from consolidator.shape import EventView, Shape, parse_outputs
 
 BIG = 2**62
 
@@ -53,3 +62,17 @@ def test_random_claims_split_into_batches_whose_sums_fit():
         batches = split_to_fit("W", members, FlushReason.IDLE, 0, None)
         assert [m for b in batches for m in b] == members and all(b for b in batches)
         assert all(sums_fit(b) for b in batches)
+
+
+def test_the_byte_cap_cuts_first_then_the_int64_sums_of_what_it_kept():
+    """A generic sum can leave int64 and come back (2^62, 1, 2^62, -2^62: the whole claim fits,
+    its first three do not): the batch is the prefix under the byte cap (three), then of it the
+    prefix whose sums fit (two), as the Lambda path's claim takes it; never three."""
+    shape = Shape(parse_outputs('[{"name": "s", "op": "sum", "path": "amount"}]'), False, None)
+    members = [Member(SourcePosition("events", 0, i), f"u{i}", EventView({"amount": amount}), 0, 0)
+               for i, amount in enumerate([BIG, 1, BIG, -BIG])]
+    options = MessageOptions(shape)
+    cap = message_bytes("W", members[:3], FlushReason.FULL, 0, options)
+    batches = split_to_fit("W", members, FlushReason.FULL, 0, cap, options)
+    assert [[m.item_id for m in b] for b in batches] == [["u0", "u1"], ["u2", "u3"]]
+    assert [build_message("W", b, FlushReason.FULL, 0, shape=shape)["aggregates"]["s"] for b in batches] == [BIG + 1, 0]
