@@ -347,17 +347,18 @@ def fitting_prefix(
     group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int, max_bytes: int | None,
     options: MessageOptions = PLAIN,
 ) -> int:
-    """How many of ``members`` (claim order) the next batch takes: at most :func:`int64_prefix`
-    (its summed quantities fit a signed 64-bit integer), and under the byte cap (``None``: no
-    cap) :func:`fit_count` over them, at least 1 (a member too large on its own is a batch of its
-    own; the sink rejects it and, after ``max_attempts``, it reaches the dead-letter
-    destination). While a message grows with its prefix (always, except where a later member
-    of an item replaces an earlier one with fewer SKUs) this is the longest prefix that fits."""
-    members = members[:int64_prefix(members, options.shape)]
-    if max_bytes is None:
-        return len(members)
-    return fit_count(prefix_fits(group_key, members, reason, flushed_at_ms, max_bytes, options),
-                     lambda m: min(m, len(members)))
+    """How many of ``members`` (claim order) the next batch takes: under the byte cap (``None``:
+    no cap) :func:`fit_count` over them, at least 1 (a member too large on its own is a batch of
+    its own; the sink rejects it and, after ``max_attempts``, it reaches the dead-letter
+    destination), then of that prefix :func:`int64_prefix` (its summed quantities fit a signed
+    64-bit integer), in this order, as the Lambda path's claim (``store/claims.py``): sums may
+    leave int64 and come back (negative values), so the int64 prefix of the whole claim, cut
+    by the byte cap afterwards, could sum past it. While a message grows with its prefix
+    (always, except where a later member of an item replaces an earlier one with fewer SKUs)
+    this is the longest prefix that fits."""
+    taken = len(members) if max_bytes is None else fit_count(
+        prefix_fits(group_key, members, reason, flushed_at_ms, max_bytes, options), lambda m: min(m, len(members)))
+    return int64_prefix(members[:taken], options.shape) if taken else 0
 
 
 def split_to_fit(

@@ -7,16 +7,18 @@ same pending rows and the same ``now`` they produce the same batches.
 Rate limit and time-to-live (docs/semantics.md section 7), applied to a due group in this order:
 1. rows whose newest event's record timestamp is older than ``ttl_ms`` at ``now`` expire
    (:func:`is_expired`; they go to the dead-letter destination, never into a batch);
-2. the rest is claimed as usual, each claim allowed only while the group's sliding-window
-   log of recent claim times (:func:`next_allowed_ms`) has room: at most ``batches`` claims
+2. the rest is claimed as usual, each batch allowed only while the group's sliding-window
+   log of recent claim times (:func:`next_allowed_ms`) has room: at most ``batches`` batches
    in any window of ``period_ms`` (a burst of up to ``batches`` at once after a quiet spell).
-   A refused group stays pending; ``throttled_since`` remembers the first refusal, and the
-   claim that ends it reports ``held_back_ms``.
+   A claim split into several batches (byte cap, int64 sums) counts each of them, as the
+   Lambda path claims each in its own transaction: a refused batch and the rest of its claim
+   stay pending. A refused group stays pending; ``throttled_since`` remembers the first
+   refusal, and the claim that ends it reports ``held_back_ms``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Generic, NamedTuple, Protocol, TypeVar
@@ -221,12 +223,19 @@ class GroupPlan(Generic[R]):
     throttled_until_ms: int | None = None  # set when a due group was refused
 
 
+Split = Callable[[FlushReason, list[R]], Sequence[list[R]]]
+
+
 def plan_group(
-    group_key: str, rows: Iterable[R], now_ms: int, policy: Policy, rate: RateState = RateState()
+    group_key: str, rows: Iterable[R], now_ms: int, policy: Policy, rate: RateState = RateState(),
+    split: Split | None = None,
 ) -> GroupPlan[R]:
     """Everything one group does at ``now_ms``. When the group is due (on all its pending
     rows), its expired rows leave (:func:`is_expired`); then claims of at most
-    ``max_batch_size`` rows, oldest first, while the rest is due and the rate admits them."""
+    ``max_batch_size`` rows, oldest first, while the rest is due. ``split`` cuts a claim into
+    consecutive batches (the byte cap and int64 sums: ``spark.buffer.claim_split``; None: one batch
+    per claim); each batch is one claim against the rate limit, so the rate may stop a group
+    between two batches of one claim (its rows from the refused batch on stay pending)."""
     remaining = sorted(rows, key=lambda r: r.order_key())
     if not remaining or due_reason(stats_of(group_key, remaining), now_ms, policy) is None:
         return GroupPlan([], [], remaining, rate)
@@ -235,19 +244,20 @@ def plan_group(
         remaining = [r for r in remaining if not is_expired(r.record_ts_ms, now_ms, policy)]
     limit = policy.limit_for(group_key)
     claims: list[Claim[R]] = []
-    until = None
     while remaining and (reason := due_reason(stats_of(group_key, remaining), now_ms, policy)):
-        held = 0
-        if limit is not None:
-            at = rate_time(rate, now_ms)
-            allowed_at = next_allowed_ms(rate.recent_ms, at, limit)
-            if allowed_at > at:
-                rate, until = refuse(rate, at), allowed_at
-                break
-            rate, held = admit(rate, at, limit)
-        claims.append(Claim(reason, remaining[: policy.max_batch_size], held))
-        remaining = remaining[policy.max_batch_size :]
-    return GroupPlan(claims, expired, remaining, rate, until)
+        claim = remaining[: policy.max_batch_size]
+        for batch in ([claim] if split is None else split(reason, claim)):
+            held = 0
+            if limit is not None:
+                at = rate_time(rate, now_ms)
+                allowed_at = next_allowed_ms(rate.recent_ms, at, limit)
+                if allowed_at > at:
+                    rate, until = refuse(rate, at), allowed_at
+                    return GroupPlan(claims, expired, remaining, rate, until)
+                rate, held = admit(rate, at, limit)
+            claims.append(Claim(reason, batch, held))
+            remaining = remaining[len(batch):]  # the batches are consecutive runs of the claim
+    return GroupPlan(claims, expired, remaining, rate)
 
 
 def next_due_ms(stats: GroupStats, policy: Policy) -> int | None:

@@ -279,3 +279,18 @@ def test_every_variant_gives_the_reference_outcome(shared, variant, data):
         assert replayed == expected.replayed
     else:
         assert run_pending(history, policy) == expected.batches
+
+
+def test_each_batch_of_a_claim_the_byte_cap_splits_counts_against_the_rate_limit(shared):
+    """Two rows that fit a 700-byte message one at a time, claimed together (full), 1 batch per
+    20 s: the second batch of the split claim waits for the rate, on the Lambda path and in the
+    reference alike (the reference once published both batches in the same tick)."""
+    history = [Rec("WH-1", 0, offset, MONTH_END, item, (("S" * 250, 1),)) for offset, item in enumerate("AB")]
+    policy = Policy(debounce_ms=2_000, hard_window_ms=20_000, max_batch_size=2, tick_interval_ms=5_000,
+                    max_batch_bytes=700, rate_limit=RateLimit(1, 20_000))
+    expected = reference(history, policy)
+    assert [(reason, at - MONTH_END) for _, reason, at, _, _ in expected.batches] == [
+        ("full", 0), ("hard_window", 20_000)]
+    store, scratch = shared
+    _empty(store)
+    assert run_mysql(store, scratch, history, policy) == expected

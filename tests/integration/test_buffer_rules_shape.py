@@ -28,6 +28,7 @@ import random
 import uuid
 from collections import defaultdict
 
+import orjson
 import pyarrow as pa
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -44,9 +45,10 @@ from test_buffer_rules import (  # noqa: F401
 
 from consolidator.clock import ManualClock
 from consolidator.events import FieldNames, KafkaRecord
-from consolidator.policy import Policy
+from consolidator.policy import Policy, RateLimit
 from consolidator.services.flush import FlushService
 from consolidator.services.ingest import IngestService
+from consolidator.shape import Shape, parse_outputs
 from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.spark.delivery import BATCH
 from consolidator.spark.packing import pack, unpack
@@ -135,8 +137,6 @@ def _poison(entries) -> list[tuple]:
                                                                   HealthCheck.too_slow])
 @given(data=st.data(), rng=st.randoms(use_true_random=False), schedule=st.randoms(use_true_random=False))
 def test_the_streaming_step_gives_the_lambda_batches_for_any_shape(shared, data, rng, schedule):  # noqa: F811
-    store, scratch = shared
-    _empty(store)
     generic = data.draw(st.booleans(), "generic shape")
     if generic:
         shape = random_shape(rng)
@@ -151,6 +151,72 @@ def test_the_streaming_step_gives_the_lambda_batches_for_any_shape(shared, data,
     step = job_step(policy if data.draw(st.booleans(), "policy carries the shape") else
                     dataclasses.replace(policy, shape=None), names, shards := data.draw(st.integers(1, 3), "shards"))
 
+    outcome = both_paths(shared, names, history, policy, step, shards, schedule)
+    event(f"generic: {generic}, plain step: {step.plain}, batches: {min(len(outcome.lambda_batches), 3)}+,"
+          f" expired: {bool(outcome.lambda_expired)}")
+    outcome.check()
+
+
+def test_a_claim_the_byte_cap_splits_counts_each_batch_against_the_rate_limit(shared):  # noqa: F811
+    """The case Hypothesis found (shrunk): two members that fit a 700-byte message one at a time,
+    a full claim of both, 1 batch per 20 s. The Lambda path claims the second batch of the
+    split claim only when the rate allows (20 s later); the step once emitted both at once."""
+    shape = Shape(parse_outputs('[{"name": "n", "op": "count"}]'), True, None)
+    names = FieldNames(group_key="tenant", item_id="user", shape=shape)
+    history = [KafkaRecord("events", 0, offset, MONTH_END, b"T0", orjson.dumps(
+        {"tenant": "T0", "user": f"u{offset}", "note": "x" * 200})) for offset in range(2)]
+    policy = Policy(debounce_ms=2_000, hard_window_ms=20_000, max_batch_size=2, tick_interval_ms=5_000,
+                    max_batch_bytes=700, rate_limit=RateLimit(1, 20_000), shape=shape)
+    outcome = both_paths(shared, names, history, policy, job_step(policy, names, 1), 1, random.Random(0))
+    (first, t0), (second, t1) = sorted((json.loads(body)["flush_reason"], t) for _, _, t, body in
+                                       outcome.lambda_batches)
+    assert (first, second) == ("full", "hard_window") and t1 - t0 >= 20_000
+    outcome.check()
+
+
+def test_a_batch_under_the_byte_cap_then_keeps_its_sums_within_int64(shared):  # noqa: F811
+    """Sums that leave int64 and come back (2^62, 1, 2^62, -2^62) with a byte cap that holds
+    three members: the Lambda path takes the prefix under the cap, then of it the prefix whose
+    sums fit (two members); the step once took the int64 prefix of the whole claim (all four,
+    their sum fits) and then the byte cap's three, a batch whose sum is 2^63 + 1."""
+    shape = Shape(parse_outputs('[{"name": "s", "op": "sum", "path": "amount"}]'), False, None)
+    names = FieldNames(group_key="tenant", item_id="user", shape=shape)
+    history = [KafkaRecord("events", 0, offset, MONTH_END, b"T0", orjson.dumps(
+        {"tenant": "T0", "user": f"u{offset}", "amount": amount}))
+        for offset, amount in enumerate([2**62, 1, 2**62, -2**62])]
+    policy = Policy(debounce_ms=2_000, hard_window_ms=20_000, max_batch_size=4, tick_interval_ms=5_000,
+                    max_batch_bytes=560, shape=shape)
+    outcome = both_paths(shared, names, history, policy, job_step(policy, names, 1), 1, random.Random(0))
+    messages = sorted((json.loads(body) for *_, body in outcome.lambda_batches), key=lambda m: m["item_ids"])
+    assert [(m["item_ids"], m["aggregates"]["s"]) for m in messages] == [
+        (["u0", "u1"], 2**62 + 1), (["u2", "u3"], 0)]
+    outcome.check()
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What each path produced: batches as (group, batch id, flush time, bytes), expired entries
+    as JSON, and the poison entries."""
+
+    lambda_batches: list[tuple]
+    stream_batches: list[tuple]
+    lambda_expired: list[str]
+    stream_expired: list[str]
+    lambda_poison: list[tuple]
+    stream_poison: list[tuple]
+
+    def check(self) -> None:
+        assert self.stream_batches == self.lambda_batches  # same groups, ids, flush times and bytes
+        assert self.stream_expired == self.lambda_expired
+        assert self.stream_poison == self.lambda_poison
+
+
+def both_paths(shared, names: FieldNames, history: list[KafkaRecord], policy: Policy,  # noqa: F811
+               step: ShardStep, shards: int, schedule: random.Random) -> Outcome:
+    """``history`` in micro-batches (:func:`micro_batches`) through the Lambda path and the
+    streaming step, then empty micro-batches until both have drained."""
+    store, scratch = shared
+    _empty(store)
     clock = ManualClock(MONTH_END)
     dead = FileDeadLetter(scratch / f"{uuid.uuid4().hex}.jsonl")
     ingest = IngestService(store, dead, names, MAX_EVENT_BYTES, clock)
@@ -181,9 +247,6 @@ def test_the_streaming_step_gives_the_lambda_batches_for_any_shape(shared, data,
     lambda_dead = dead.read() if dead.path.exists() else []
     lambda_expired = sorted(json.dumps(e, sort_keys=True) for e in lambda_dead if e["reason"] == "expired")
     stream_expired = sorted(row[-1] for row in stream.rows if row[1] == EXPIRED)
-    event(f"generic: {generic}, plain step: {step.plain}, batches: {min(len(lambda_batches), 3)}+,"
-          f" expired: {bool(lambda_expired)}")
-    assert stream_batches == lambda_batches  # same groups, ids, flush times and bytes
-    assert stream_expired == lambda_expired
-    assert _poison(json.loads(row[-1]) for row in stream.rows if row[1] == DEAD_LETTER) == _poison(
-        e for e in lambda_dead if e["reason"] != "expired")
+    return Outcome(lambda_batches, stream_batches, lambda_expired, stream_expired,
+                   _poison(e for e in lambda_dead if e["reason"] != "expired"),
+                   _poison(json.loads(row[-1]) for row in stream.rows if row[1] == DEAD_LETTER))

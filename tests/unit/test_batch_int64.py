@@ -9,11 +9,13 @@ import orjson
 
 from consolidator.batch import (
     Member,
+    MessageOptions,
     _newest_per_item,
     build_message,
     fit_claims,
     fit_count,
     int64_prefix,
+    message_bytes,
     split_to_fit,
 )
 from consolidator.events import MAX_QUANTITY, SourcePosition
@@ -103,3 +105,17 @@ def test_a_generic_claims_prefix_is_the_searched_one():
         assert int64_prefix(members, shape) == searched_prefix(members, shape), events
         splits += int64_prefix(members, shape) < len(members)
     assert splits >= 20  # the cases hold claims that split, not only ones that fit whole
+
+
+def test_the_byte_cap_cuts_first_then_the_int64_sums_of_what_it_kept():
+    """A generic sum can leave int64 and come back (2^62, 1, 2^62, -2^62: the whole claim fits,
+    its first three do not): the batch is the prefix under the byte cap (three), then of it the
+    prefix whose sums fit (two), as the Lambda path's claim takes it; never three."""
+    shape = Shape(parse_outputs('[{"name": "s", "op": "sum", "path": "amount"}]'), False, None)
+    members = [Member(SourcePosition("events", 0, i), f"u{i}", EventView({"amount": amount}), 0, 0)
+               for i, amount in enumerate([BIG, 1, BIG, -BIG])]
+    options = MessageOptions(shape)
+    cap = message_bytes("W", members[:3], FlushReason.FULL, 0, options)
+    batches = split_to_fit("W", members, FlushReason.FULL, 0, cap, options)
+    assert [[m.item_id for m in b] for b in batches] == [["u0", "u1"], ["u2", "u3"]]
+    assert [build_message("W", b, FlushReason.FULL, 0, shape=shape)["aggregates"]["s"] for b in batches] == [BIG + 1, 0]

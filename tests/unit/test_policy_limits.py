@@ -101,6 +101,24 @@ def test_a_due_group_expires_old_rows_then_claims_within_its_rate():
     assert [(c.reason, c.held_back_ms) for c in later.claims] == [(FlushReason.FULL, MINUTE)]
 
 
+def test_each_batch_a_claim_is_split_into_counts_against_the_rate():
+    """A claim cut into batches (the byte cap, int64 sums) spends one claim of the rate per
+    batch, as the Lambda path's claims do: the batch the rate refuses and the rest of its claim
+    stay pending, and the next allowed plan starts a claim afresh from them."""
+    policy = Policy(debounce_ms=1_000, hard_window_ms=MINUTE, max_batch_size=4, tick_interval_ms=1_000,
+                    rate_limit=RateLimit(2, MINUTE))
+    def split(reason: FlushReason, rows: list[Row]) -> list[list[Row]]:  # 1 row, 2 rows, the rest
+        return [batch for batch in (rows[:1], rows[1:3], rows[3:]) if batch]
+
+    rows = [Row(T0, T0, i) for i in range(6)]
+    plan = plan_group("WH", rows, T0, policy, split=split)
+    assert [[r.offset for r in c.rows] for c in plan.claims] == [[0], [1, 2]]
+    assert [r.offset for r in plan.remaining] == [3, 4, 5] and plan.throttled_until_ms == T0 + MINUTE
+    later = plan_group("WH", plan.remaining, T0 + MINUTE, policy, plan.rate, split=split)
+    assert [([r.offset for r in c.rows], c.held_back_ms) for c in later.claims] == [([3], MINUTE), ([4, 5], 0)]
+    assert later.remaining == [] and later.throttled_until_ms is None
+
+
 def test_a_group_that_is_not_due_expires_nothing():
     policy = Policy(debounce_ms=MINUTE, hard_window_ms=10 * MINUTE, max_batch_size=10, ttl_ms=1)
     plan = plan_group("WH", [Row(T0, T0, 0, record_ts_ms=T0 - 10 * MINUTE)], T0 + 1_000, policy)

@@ -8,22 +8,21 @@ Mirrors ``store/mysql.py`` row for row, so the same event history yields the sam
   position is greater, moves ``last_update`` forward and never moves ``first_seen``;
 - S3: an event for an item whose row was claimed starts a new row (claimed rows leave the buffer);
 - claims, rate limit and TTL are exactly :func:`consolidator.policy.plan_group` over
-  :class:`~consolidator.batch.Member` rows, with the group's :class:`~consolidator.policy.RateState`
-  kept here (the MySQL path keeps it in ``group_rate_state``).
+  :class:`~consolidator.batch.Member` rows, split under the byte cap and int64 sums by
+  :func:`claim_split` (each batch counted against the rate limit), with the group's
+  :class:`~consolidator.policy.RateState` kept here (the MySQL path keeps it in ``group_rate_state``).
 
 Not thread-safe; one buffer per group key.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from consolidator.batch import Member, fit_claims
 from consolidator.events import Event, SourcePosition, bucket_of
 from consolidator.policy import (
-    Claim,
     FlushReason,
     GroupPlan,
     GroupStats,
@@ -44,6 +43,15 @@ class BufferedEvent:
     timestamp_ms: int
     item_id: str
     items: tuple[tuple[str, int], ...]
+
+
+def claim_split(group_key: str, now_ms: int, policy: Policy,
+                tracked: bool = False) -> Callable[[FlushReason, list[Member]], list[list[Member]]]:
+    """The ``split`` of :func:`~consolidator.policy.plan_group`: a claim as the batches the
+    flush's claim makes of it (:func:`~consolidator.batch.fit_claims`: byte cap, int64 sums),
+    so that the plan counts each batch against the rate limit, as the Lambda path does."""
+    return lambda reason, members: [rows for _, rows in fit_claims(group_key, [(reason, members)], now_ms, policy,
+                                                                    tracked)]
 
 
 @dataclass
@@ -114,11 +122,8 @@ class PendingBuffer:
             self.throttled_until_ms = None
             return GroupPlan([], [], [], self.rate)
         keys = {member.position: key for key, member in self.rows.items()}
-        plan = plan_group(self.group_key, self.rows.values(), now_ms, policy, self.rate)
-        # the flush's byte cap and int64 sums: a claim split into batches that fit
-        plan = dataclasses.replace(plan, claims=[
-            Claim(claim.reason, rows, claim.held_back_ms) for claim in plan.claims
-            for _, rows in fit_claims(self.group_key, [(claim.reason, claim.rows)], now_ms, policy, tracked)])
+        plan = plan_group(self.group_key, self.rows.values(), now_ms, policy, self.rate,
+                          claim_split(self.group_key, now_ms, policy, tracked))
         self.rate, self.throttled_until_ms = plan.rate, plan.throttled_until_ms
         if plan.claims or plan.expired:
             self.rows = {keys[m.position]: m for m in plan.remaining}

@@ -16,18 +16,17 @@ per group fed the same events at the same times (``tests/unit/test_pending_table
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from consolidator.batch import Member, fit_claims
+from consolidator.batch import Member
 from consolidator.events import SourcePosition, bucket_of
-from consolidator.policy import Claim, GroupPlan, Policy, plan_group
+from consolidator.policy import GroupPlan, Policy, plan_group
 from consolidator.shape import EventView, stored_text
-from consolidator.spark.buffer import RowKey
+from consolidator.spark.buffer import RowKey, claim_split
 from consolidator.spark.columnar import parse_items
 
 SCHEMA = pa.schema([
@@ -158,10 +157,8 @@ class PendingTable:
         for g in np.flatnonzero(due):
             first = int(starts[g])
             members = [m for _, _, m in _members(self.table.slice(first, int(counts[g])))]
-            plan = plan_group(keys[g], members, now_ms, policy)
-            plan = dataclasses.replace(plan, claims=[  # split where a sum would pass int64 (batch.fitting_prefix)
-                Claim(claim.reason, rows, claim.held_back_ms) for claim in plan.claims
-                for _, rows in fit_claims(keys[g], [(claim.reason, claim.rows)], now_ms, policy, tracked)])
+            # split where a sum would pass int64 (batch.fitting_prefix)
+            plan = plan_group(keys[g], members, now_ms, policy, split=claim_split(keys[g], now_ms, policy, tracked))
             if plan.claims:
                 row_of = {m.position: first + i for i, m in enumerate(members)}
                 claimed += [row_of[m.position] for claim in plan.claims for m in claim.rows]
