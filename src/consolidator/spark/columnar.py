@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import orjson
@@ -209,17 +210,40 @@ class _Totals:
                    for _, q in self.parsed[row])
 
 
-def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[int]]:
-    """Batches (:data:`BATCH_SCHEMA`) of every group of ``chunk`` the columnar path can simulate,
-    in group then flush order, and the groups (indices) it cannot (a session reaches
-    ``max_batch_size`` rows, or its quantities together pass int64 so that a claim may be split):
-    those must go to :func:`replay.simulate`."""
+class SessionPlan(NamedTuple):
+    """A chunk's sessions, rows and flushes under a plain policy, as both columnar paths read
+    them. Events are the chunk's first sightings (``keep``: their indices in the chunk); a row is
+    one (session, month bucket, item), its event the newest position's; arrays of rows are in
+    (session, month, item) order."""
+
+    keep: np.ndarray  # event -> chunk index
+    group: np.ndarray  # event -> group index
+    ts: np.ndarray
+    topic: np.ndarray
+    partition: np.ndarray
+    offset: np.ndarray
+    item: np.ndarray
+    starts: np.ndarray  # session -> its first event
+    ends: np.ndarray  # session -> one past its last event
+    session: np.ndarray  # event -> session
+    newest: np.ndarray  # row -> the event of its newest position
+    first_seen: np.ndarray  # row -> its first event's timestamp
+    row_session: np.ndarray  # row -> session
+    rows_per_session: np.ndarray
+    full: np.ndarray  # group -> a session of it reaches max_batch_size rows (handed back)
+    claim: np.ndarray  # rows in claim order: (session, first_seen, position)
+    tick: np.ndarray  # session -> its flush tick
+    hard: np.ndarray  # session -> flushed by the hard window
+
+
+def plan_sessions(chunk: Chunk, policy: Policy) -> SessionPlan | None:
+    """The :class:`SessionPlan` of ``chunk`` under ``policy``; None when it has no event."""
     keep = np.flatnonzero(chunk.first)
     group, ts = chunk.group[keep], chunk.ts[keep]
     topic, partition, offset = chunk.topic[keep], chunk.partition[keep], chunk.offset[keep]
     n = len(ts)
     if n == 0:
-        return pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA), set()
+        return None
     starts = sessions(group, ts, policy)
     session = np.zeros(n, dtype=np.int64)
     session[starts[1:]] = 1
@@ -240,7 +264,6 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     rows_per_session = np.bincount(row_session, minlength=len(starts))
     full = np.zeros(len(chunk.group_keys), dtype=bool)
     full[group[starts[rows_per_session >= policy.max_batch_size]]] = True
-    kept = ~full[group[starts]]  # sessions of the groups this path simulates
     # claim order inside a session: (first_seen, position)
     claim = np.lexsort((offset[newest], partition[newest], topic[newest], first_seen, row_session))
     ends = np.append(starts[1:], n)
@@ -248,6 +271,21 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     idle_at = _ceil_tick(ts[ends - 1] + policy.debounce_ms, policy.tick_interval_ms)
     tick = np.minimum(hard_at, idle_at)
     hard = tick - ts[starts] >= policy.hard_window_ms
+    return SessionPlan(keep, group, ts, topic, partition, offset, item, starts, ends, session, newest, first_seen,
+                       row_session, rows_per_session, full, claim, tick, hard)
+
+
+def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[int]]:
+    """Batches (:data:`BATCH_SCHEMA`) of every group of ``chunk`` the columnar path can simulate,
+    in group then flush order, and the groups (indices) it cannot (a session reaches
+    ``max_batch_size`` rows, or its quantities together pass int64 so that a claim may be split):
+    those must go to :func:`replay.simulate`."""
+    plan = plan_sessions(chunk, policy)
+    if plan is None:
+        return pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA), set()
+    (keep, group, ts, topic, partition, offset, item, starts, ends, session, newest, first_seen, row_session,
+     rows_per_session, full, claim, tick, hard) = plan
+    kept = ~full[group[starts]]  # sessions of the groups this path simulates
     # members and batch-id lines: rows in position order inside each session
     by_position = np.lexsort((offset[newest], partition[newest], topic[newest], row_session))
     member = newest[by_position]

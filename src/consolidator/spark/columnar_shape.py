@@ -37,10 +37,9 @@ from consolidator.spark.columnar import (
     _REASONS,
     BATCH_SCHEMA,
     Chunk,
-    _ceil_tick,
     _iso,
     is_plain,
-    sessions,
+    plan_sessions,
 )
 
 _SORTED = orjson.OPT_SORT_KEYS
@@ -64,37 +63,11 @@ def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch,
     flush order, and the groups (indices) it hands back to :func:`replay.simulate`."""
     shape = policy.shape
     assert shape is not None and is_plain_shaped(policy)
-    keep = np.flatnonzero(chunk.first)
-    group, ts = chunk.group[keep], chunk.ts[keep]
-    topic, partition, offset = chunk.topic[keep], chunk.partition[keep], chunk.offset[keep]
-    n = len(ts)
-    if n == 0:
+    plan = plan_sessions(chunk, policy)
+    if plan is None:
         return pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA), set()
-    starts = sessions(group, ts, policy)
-    session = np.zeros(n, dtype=np.int64)
-    session[starts[1:]] = 1
-    session = np.cumsum(session)
-    month = ts.astype("datetime64[ms]").astype("datetime64[M]").astype(np.int64)
-    item = chunk.item[keep]
-    # rows: one per (session, month bucket, item); the newest position's event is the row's
-    order = np.lexsort((offset, partition, topic, item, month, session))
-    s_o, m_o, i_o = session[order], month[order], item[order]
-    row_break = np.ones(n, dtype=bool)
-    row_break[1:] = (s_o[1:] != s_o[:-1]) | (m_o[1:] != m_o[:-1]) | (i_o[1:] != i_o[:-1])
-    row_start = np.flatnonzero(row_break)
-    row_last = np.append(row_start[1:], n) - 1
-    first_seen = np.minimum.reduceat(ts[order], row_start)
-    newest = order[row_last]  # event index of each row's newest position
-    row_session = s_o[row_start]
-    rows_per_session = np.bincount(row_session, minlength=len(starts))
-    full = np.zeros(len(chunk.group_keys), dtype=bool)
-    full[group[starts[rows_per_session >= policy.max_batch_size]]] = True
-    claim = np.lexsort((offset[newest], partition[newest], topic[newest], first_seen, row_session))
-    ends = np.append(starts[1:], n)
-    hard_at = _ceil_tick(ts[starts] + policy.hard_window_ms, policy.tick_interval_ms)
-    idle_at = _ceil_tick(ts[ends - 1] + policy.debounce_ms, policy.tick_interval_ms)
-    tick = np.minimum(hard_at, idle_at)
-    hard = tick - ts[starts] >= policy.hard_window_ms
+    (keep, group, ts, topic, partition, offset, item, starts, ends, session, newest, first_seen, row_session,
+     rows_per_session, full, claim, tick, hard) = plan
     # members: rows in position order inside each session (their events, once each)
     member = newest[np.lexsort((offset[newest], partition[newest], topic[newest], row_session))]
     row_bounds = np.append(0, np.cumsum(rows_per_session)).tolist()
