@@ -275,3 +275,23 @@ def test_an_ingest_rolled_back_by_a_deadlock_runs_again(store, clock):
     assert sql(store, "SELECT COUNT(*) AS n FROM buffer_rows") == [{"n": 3}]
     retrying.close()
     stubborn.close()
+
+
+def test_an_msk_event_is_decoded_with_the_collector_paused_and_left_with_it_on(service, store, monkeypatch):
+    import gc
+
+    from consolidator.services import ingest as ingest_module
+
+    seen = []
+    decode_event = ingest_module.decode_event
+
+    def watched(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return decode_event(*args, **kwargs)
+
+    monkeypatch.setattr(ingest_module, "decode_event", watched)
+    assert gc.isenabled()
+    records = [record(i, order=f"A{i:03d}") for i in range(4)]
+    assert service.handle_msk_event(msk_event(records)) == {"batchItemFailures": []}
+    assert seen == [False] * 4 and gc.isenabled()
+    assert len(sql(store, "SELECT id FROM buffer_rows")) == 4

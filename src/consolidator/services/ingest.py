@@ -32,6 +32,7 @@ from consolidator.errors import DeliveryError, StoreError, StoreUnavailable
 from consolidator.events import Event, FieldNames, KafkaRecord, PoisonEvent, SourcePosition
 from consolidator.formats import RegistryUnavailable, ValueDecoder, decode_event
 from consolidator.msk import Rejected, batch_item_failures, parse_event
+from consolidator.services.collector import collector_paused
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.sinks.deadletter import DeadLetter, poison_entry, rejected_entry
 from consolidator.store.mysql import IngestCounts, MySQLStore
@@ -100,8 +101,9 @@ class IngestService:
     def handle_msk_event(self, event: object) -> dict:
         """The whole Lambda contract: MSK event in, partial batch response out. No input makes
         this raise; see :meth:`ingest` for the one dependency failure that does."""
-        parsed = parse_event(event)
-        return batch_item_failures(self.ingest(parsed.records, parsed.rejected).failed)
+        with collector_paused():  # the records and their parsed events: trees, no cycles (services/collector.py)
+            parsed = parse_event(event)
+            return batch_item_failures(self.ingest(parsed.records, parsed.rejected).failed)
 
     def ingest(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected] = ()) -> IngestOutcome:
         """Store or dead-letter ``records`` and dead-letter the ``rejected`` pieces of their event.
