@@ -265,11 +265,17 @@ class DeadlockingOnce(MySQLStore):
         return super()._ingest_once(*args)
 
 
-def test_an_ingest_rolled_back_by_a_deadlock_runs_again(store, clock):
+def test_an_ingest_rolled_back_by_a_deadlock_runs_again_after_a_jittered_pause(store, clock, monkeypatch):
+    from consolidator.store import buffer
+
+    pauses: list[float] = []
+    monkeypatch.setattr(buffer.time, "sleep", pauses.append)
     events = [decode(record(offset, order=f"O{offset}"), FieldNames(), 1024) for offset in range(3)]
-    retrying = DeadlockingOnce(store.params, conflicts=2)
+    retrying = DeadlockingOnce(store.params, conflicts=buffer.CONFLICT_ATTEMPTS - 1)
     assert retrying.ingest(events, clock.now_ms()).stored == 3
-    stubborn = DeadlockingOnce(store.params, conflicts=3)
+    assert len(pauses) == buffer.CONFLICT_ATTEMPTS - 1
+    assert all(0 <= p <= buffer.CONFLICT_BACKOFF_S * n for n, p in enumerate(pauses, start=1))
+    stubborn = DeadlockingOnce(store.params, conflicts=buffer.CONFLICT_ATTEMPTS)
     with pytest.raises(StoreConflict):
         stubborn.ingest([decode(record(9, order="O9"), FieldNames(), 1024)], clock.now_ms())
     assert sql(store, "SELECT COUNT(*) AS n FROM buffer_rows") == [{"n": 3}]

@@ -11,6 +11,8 @@ Guarantees:
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -38,7 +40,8 @@ from consolidator.store.offsets import (
     record_applied,
 )
 
-CONFLICT_ATTEMPTS = 3  # an ingest rolled back by a deadlock runs again, at most this often
+CONFLICT_ATTEMPTS = 5  # an ingest rolled back by a deadlock runs again, at most this often
+CONFLICT_BACKOFF_S = 0.02  # before attempt n+1, a random pause of up to n times this
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class BufferStore(Connection):
             except StoreConflict:  # a deadlock with a concurrent claim: nothing was written
                 if attempt == CONFLICT_ATTEMPTS:
                     raise
+                time.sleep(random.uniform(0, CONFLICT_BACKOFF_S * attempt))  # jittered: the claim it met moves on
                 attempt += 1
 
     def _ingest_once(self, events: Sequence[Event], now_ms: int, settled: Sequence[SourcePosition]) -> IngestCounts:
