@@ -173,15 +173,20 @@ def _project(document: dict, paths: Iterable[Path]) -> dict:
 _SURELY_SHALLOW = 240
 
 
+def check_values(document: dict, shape: Shape) -> None:
+    """:class:`ValueFault` when a value an output of ``shape`` reads in ``document`` has the wrong type."""
+    for output in shape.outputs:
+        if output.path is not None:
+            _check(output, lookup(document, output.path))
+
+
 def retain(document: dict, shape: Shape, source: bytes | None = None) -> EventView:
     """What a row keeps of the event ``document`` (a JSON object): the whole event when the
     member payload is ``full``, else its projection on the paths the shape reads. Raises
     :class:`ValueFault` when a value an output reads has the wrong type. ``source``: the JSON
     text ``document`` was read from, if known; with few brackets in it, the nesting is not
     encoded again to be checked (the same outcome, as its depth cannot exceed their count)."""
-    for output in shape.outputs:
-        if output.path is not None:
-            _check(output, lookup(document, output.path))
+    check_values(document, shape)
     kept = document if shape.full_payload else _project(document, shape.reads())
     if source is not None and source.count(b"[") + source.count(b"{") <= _SURELY_SHALLOW:
         return EventView(kept)

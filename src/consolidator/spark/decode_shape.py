@@ -3,10 +3,10 @@
 Under a generic shape (:mod:`consolidator.shape`) the JVM fast path proves nothing (what an
 event keeps is only known to ``events.decode``), so both Spark jobs decode every value in
 Python. :func:`decode_shaped` does the common case with less work per value than
-``events.decode``: one ``orjson`` parse, the identifiers as plain strings, the shape's checks
-compiled once per shape (:func:`checker`), and one encoding of what the event keeps. Whatever it
-cannot decode with certainty (poison, identifiers that are integers, a ``group_sum`` value that
-is not plainly valid, very deep nesting, ...) it leaves to ``events.decode``, which finds the
+``events.decode``: one ``orjson`` parse, the identifiers as plain strings, the values the
+outputs read checked by :func:`consolidator.shape.check_values` (as ``retain`` checks them),
+and one encoding of what the event keeps. Whatever it cannot decode with certainty (poison,
+identifiers that are integers, a value of the wrong type, very deep nesting, ...) it leaves to ``events.decode``, which finds the
 reason.
 
 Guarantee: where it decodes a value, the group key, item id and items text are exactly
@@ -15,68 +15,21 @@ Guarantee: where it decodes a value, the group key, item id and items text are e
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import orjson
 
 from consolidator.events import MAX_KEY_CHARS, FieldNames
-from consolidator.shape import (
-    _NUMERIC,
-    INT64_MAX,
-    INT64_MIN,
-    EventView,
-    Output,
-    Shape,
-    ValueFault,
-    _check,
-    _project,
-)
+from consolidator.shape import EventView, Shape, ValueFault, _project, check_values
 
 
-def _number(value: object) -> bool:
-    kind = type(value)
-    return kind is float or (kind is int and INT64_MIN <= value <= INT64_MAX)
-
-
-def _value_check(output: Output) -> Callable[[object], bool]:
-    """Whether a present value at the output's path certainly passes ``shape._check``."""
-    if output.op in ("count", "first", "last"):
-        return lambda value: True
-    if output.op in _NUMERIC:
-        return _number
-    if output.op == "distinct":
-        return lambda value: type(value) is str or _number(value)
-
-    def group_sum(value: object) -> bool:
-        try:
-            _check(output, value)
-        except ValueFault:
-            return False
-        return True
-
-    return group_sum
-
-
-@functools.lru_cache(maxsize=64)
-def checker(shape: Shape) -> Callable[[dict], bool]:
-    """Whether ``shape.retain`` certainly accepts a document (False: it may not, ask it)."""
-    checks = [(o.path, _value_check(o)) for o in shape.outputs if o.path is not None]
-
-    def accepts(document: dict) -> bool:
-        for path, check in checks:
-            value = document
-            for segment in path:
-                if value is None:
-                    break
-                if type(value) is not dict:
-                    return False
-                value = value.get(segment)
-            if value is not None and not check(value):
-                return False
-        return True
-
-    return accepts
+def _accepted(document: dict, shape: Shape) -> bool:
+    """Whether ``shape.retain`` accepts the values ``document`` holds at the outputs' paths."""
+    try:
+        check_values(document, shape)
+    except ValueFault:
+        return False
+    return True
 
 
 def decode_shaped(values: Sequence[bytes | None], names: FieldNames,
@@ -86,7 +39,6 @@ def decode_shaped(values: Sequence[bytes | None], names: FieldNames,
     to ``events.decode``."""
     shape = names.shape
     assert shape is not None
-    accepts = checker(shape)
     group_name, item_name = names.group_key, names.item_id
     reads = shape.reads()
     count = len(values)
@@ -108,7 +60,7 @@ def decode_shaped(values: Sequence[bytes | None], names: FieldNames,
             continue
         group, item = document.get(group_name), document.get(item_name)
         if (type(group) is not str or type(item) is not str or not 0 < len(group) <= MAX_KEY_CHARS
-                or not 0 < len(item) <= MAX_KEY_CHARS or not accepts(document)):
+                or not 0 < len(item) <= MAX_KEY_CHARS or not _accepted(document, shape)):
             rest.append(index)
             continue
         kept = document if shape.full_payload else _project(document, reads)
