@@ -10,7 +10,10 @@ temporary directory), then times, on the same session and data:
   per-group simulation of the default policy + batch messages (v1);
 - the generic shape (``bench/generic.py``: about 1 KB events, full member payload, four
   outputs) on ``--generic-events`` records: ``generic_ratio_vs_replay`` = its events/s over the
-  default replay's, the general path against the fast one (a small run);
+  default replay's (``--events`` records), the general path against the fast one (a small run,
+  where the job's fixed cost weighs ``--events / --generic-events`` times more than on the
+  default's); and on ``--events`` records, the same count as the default's:
+  ``generic_ratio_same_events`` (``--generic-same-events 0`` skips it);
 - the peer: Flink's SQL session window (Nexmark q11's shape, ``flink_session.py``, in Flink's own
   venv, parallelism = cores, warmed up in its own JVM) on the same records as JSON lines, and the
   replay again on those JSON lines: ``ratio_vs_flink_session_window`` = replay events/s / Flink
@@ -125,6 +128,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--groups", type=int, default=2_000)
     parser.add_argument("--generic-events", type=int, default=100_000, help="events of the generic run")
+    parser.add_argument("--generic-same-events", type=int, choices=(0, 1), default=1,
+                        help="1: also time the generic shape on --events records")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--save", type=Path, help="also write the JSON line to this file (for bench/capacity.py)")
     args = parser.parse_args(argv)
@@ -150,6 +155,11 @@ def main(argv: list[str] | None = None) -> dict:
         generate(spark, generic_data, args.generic_events, args.groups, generic=True)
         time_replay(spark, warm, policy, generic=True)  # its own warm-up: the general path
         generic_s, generic_cpu, _ = time_replay(spark, generic_data, policy, generic=True)
+        same_s = same_cpu = None
+        if args.generic_same_events:
+            same_data = str(workdir / "generic-same")
+            generate(spark, same_data, args.events, args.groups, generic=True)
+            same_s, same_cpu, _ = time_replay(spark, same_data, policy, generic=True)
         # the JSON files are read in parallel, each spanning the day: a watermark short of the
         # span would drop records as late (Spark's batch session_window drops none)
         flink = flink_session_window(Path(data_json), Path(warm_json), policy.debounce_ms, cores,
@@ -170,6 +180,10 @@ def main(argv: list[str] | None = None) -> dict:
     generic_eps = args.generic_events / generic_s
     print(f"replay generic: {generic_s:8.2f} s  {generic_eps:12,.0f} events/s  ({args.generic_events:,} ~1 KB events,"
           f" full payload, four outputs)  cpu {generic_cpu:.2f} s", file=sys.stderr)
+    same_eps = None if same_s is None else args.events / same_s
+    if same_s is not None:
+        print(f"replay generic: {same_s:8.2f} s  {same_eps:12,.0f} events/s  ({args.events:,} events, as the default)"
+              f"  cpu {same_cpu:.2f} s", file=sys.stderr)
     print(f"Flink session:  {flink['seconds']:8.2f} s  {flink_eps:12,.0f} events/s  {flink['sessions']:,} sessions"
           f"  cpu {flink['cpu_seconds']:.2f} s (JSON lines, parallelism {cores})", file=sys.stderr)
     figures = {
@@ -184,6 +198,9 @@ def main(argv: list[str] | None = None) -> dict:
         "replay_json_cpu_seconds": round(replay_json_cpu, 2),
         "generic_events": args.generic_events, "generic_events_per_s": round(generic_eps),
         "generic_cpu_seconds": round(generic_cpu, 2), "generic_ratio_vs_replay": round(generic_eps / replay_eps, 3),
+        "generic_same_events_per_s": None if same_eps is None else round(same_eps),
+        "generic_same_cpu_seconds": None if same_cpu is None else round(same_cpu, 2),
+        "generic_ratio_same_events": None if same_eps is None else round(same_eps / replay_eps, 3),
         "flink_session_window_seconds": flink["seconds"], "flink_session_window_events_per_s": round(flink_eps),
         "flink_session_window_cpu_seconds": flink["cpu_seconds"], "flink_sessions": flink["sessions"],
         "flink_events": flink["events"], "flink_parallelism": cores,

@@ -173,11 +173,17 @@ def _project(document: dict, paths: Iterable[Path]) -> dict:
 _SURELY_SHALLOW = 240
 
 
-def check_values(document: dict, shape: Shape) -> None:
-    """:class:`ValueFault` when a value an output of ``shape`` reads in ``document`` has the wrong type."""
+def check_values(document: dict, shape: Shape) -> list:
+    """:class:`ValueFault` when a value an output of ``shape`` reads in ``document`` has the wrong
+    type; else the value at each output's path (None: absent, or an output without a path)."""
+    values = []
     for output in shape.outputs:
+        value = None
         if output.path is not None:
-            _check(output, lookup(document, output.path))
+            value = lookup(document, output.path)
+            _check(output, value)
+        values.append(value)
+    return values
 
 
 def retain(document: dict, shape: Shape, source: bytes | None = None) -> EventView:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 
+import pyarrow as pa
 import pytest
 from random_shapes import random_history, random_shape
 
@@ -24,6 +25,7 @@ from consolidator.shape_bounds import int64_safe
 from consolidator.spark.buffer import BufferedEvent
 from consolidator.spark.columnar import make_chunk, parse_items
 from consolidator.spark.columnar_shape import is_plain_shaped, simulate_chunk_shaped
+from consolidator.spark.decode_shape import decode_kept
 from consolidator.spark.replay import simulate_group
 
 MONTH_END = 1_798_761_600_000  # 2027-01-01T00:00:00Z
@@ -43,13 +45,16 @@ def _decoded(records: list[KafkaRecord], names: FieldNames) -> list[tuple[str, B
     return out
 
 
-def _check(history: list[tuple[str, BufferedEvent, str]], policy: Policy) -> set[str]:
-    """Asserts the columnar batches equal the reference's; returns the groups handed back."""
+def _check(history: list[tuple[str, BufferedEvent, str]], policy: Policy, kept: list | None = None) -> set[str]:
+    """Asserts the columnar batches equal the reference's; returns the groups handed back.
+    ``kept``: each event's ``decode_shape.Kept`` (None: read its items text), as the replay's
+    decoding after the shuffle gives them (the items text then null)."""
     assert is_plain_shaped(policy)
+    texts = [t if kept is None or kept[i] is None else None for i, (_, _, t) in enumerate(history)]
     chunk = make_chunk([g for g, _, _ in history], [e.timestamp_ms for _, e, _ in history],
                        [e.position.topic for _, e, _ in history], [e.position.partition for _, e, _ in history],
                        [e.position.offset for _, e, _ in history], [e.item_id for _, e, _ in history],
-                       [t for _, _, t in history])
+                       pa.array(texts, pa.string()), kept)
     batches, handed_back = simulate_chunk_shaped(chunk, policy)
     got: dict[str, list] = {}
     for b in batches.to_pylist():
@@ -83,8 +88,23 @@ def test_columnar_shaped_simulation_equals_the_reference(seed):
     shape = random_shape(rng)
     names = FieldNames(group_key="tenant", item_id="user", shape=shape)
     start = MONTH_END - rng.choice([60_000, 1_000_000, 3_000_000])
-    history = _decoded(random_history(rng, start, count=rng.choice([20, 150])), names)
-    _check(history, _policy(rng, shape))
+    records = random_history(rng, start, count=rng.choice([20, 150]))
+    history = _decoded(records, names)
+    policy = _policy(rng, shape)
+    _check(history, policy)
+    # the same events as decoding after the shuffle keeps them (some left to their items text)
+    valid = [r.value for r in records if _valid(r, names)]
+    kept = decode_kept(valid, names, 262_144)[2]
+    assert any(k is not None for k in kept)
+    assert _check(history, policy, kept) == _check(history, policy)
+
+
+def _valid(record: KafkaRecord, names: FieldNames) -> bool:
+    try:
+        decode(record, names, 262_144)
+    except PoisonEvent:
+        return False
+    return True
 
 
 def test_groups_whose_sums_may_leave_int64_are_handed_back_and_the_others_kept():

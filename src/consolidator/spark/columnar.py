@@ -58,13 +58,20 @@ class Chunk:
     offset: np.ndarray  # int64
     item: np.ndarray  # int64 rank into ``item_ids``
     item_ids: list[str]
-    items: pa.Array  # string: JSON [[sku, quantity], ...]
+    items: pa.Array  # string: JSON [[sku, quantity], ...], or {"event": ...}; null where ``parsed`` has it
     first: np.ndarray  # bool: not a replayed position
+    parsed: list | None = None  # generic shape: per event, its decode_shape.Kept (None: read ``items``)
+
+    def kept(self, index: int):
+        """The event's ``decode_shape.Kept`` if decoding kept it, else None (read ``items``)."""
+        return None if self.parsed is None else self.parsed[index]
 
     def event(self, index: int) -> BufferedEvent:
+        kept = self.kept(index)
         return BufferedEvent(SourcePosition(self.topics[self.topic[index]], int(self.partition[index]),
                                             int(self.offset[index])), int(self.ts[index]),
-                             self.item_ids[self.item[index]], parse_items(self.items[index].as_py()))
+                             self.item_ids[self.item[index]],
+                             parse_items(self.items[index].as_py()) if kept is None else kept.view())
 
 
 def ranks(values) -> tuple[np.ndarray, list[str]]:
@@ -79,8 +86,9 @@ def ranks(values) -> tuple[np.ndarray, list[str]]:
     return rank[encoded.indices.to_numpy(zero_copy_only=False)], [names[i] for i in order]
 
 
-def make_chunk(group_keys, ts, topics, partition, offset, item, items) -> Chunk:
-    """Sorts events (any order; lists or Arrow arrays, strings non-null) into a :class:`Chunk`."""
+def make_chunk(group_keys, ts, topics, partition, offset, item, items, parsed: list | None = None) -> Chunk:
+    """Sorts events (any order; lists or Arrow arrays, strings non-null but ``items`` where
+    ``parsed`` holds the event) into a :class:`Chunk`."""
     group, keys = ranks(group_keys)
     topic, names = ranks(topics)
     item, item_ids = ranks(item)
@@ -95,7 +103,8 @@ def make_chunk(group_keys, ts, topics, partition, offset, item, items) -> Chunk:
         same[a] = ((group[a] == group[b]) & (topic[a] == topic[b]) & (partition[a] == partition[b])
                    & (offset[a] == offset[b]))
     items = pa.array(items, pa.string()) if isinstance(items, list) else items
-    return Chunk(group, keys, ts, topic, names, partition, offset, item, item_ids, items.take(order), ~same)
+    return Chunk(group, keys, ts, topic, names, partition, offset, item, item_ids, items.take(order), ~same,
+                 None if parsed is None else [parsed[i] for i in order.tolist()])
 
 
 _ISO_RANGE = (-30_610_224_000_000, 253_402_300_800_000)  # years 1000 to 9999: numpy writes them as iso_ms

@@ -57,6 +57,26 @@ def _aggregates(shape: Shape, looked: list[list]) -> dict[str, object]:
             for k, o in enumerate(shape.outputs)}
 
 
+def _kept(chunk: Chunk, rows: np.ndarray, shape: Shape) -> list[tuple[str | None, list]]:
+    """The member payload text (None: the shape carries none) and the outputs' values of each of
+    the chunk's ``rows``: as decoded (``chunk.parsed``), else from its items text (the stored
+    ``{"event": ...}``), parsed once."""
+    rows_list = rows.tolist()
+    kept: list = [None] * len(rows_list)
+    if chunk.parsed is not None:
+        kept = [None if (k := chunk.kept(row)) is None else (k.payload, k.looked) for row in rows_list]
+    missing = [j for j, k in enumerate(kept) if k is None]
+    if missing:
+        texts = chunk.items.take(pa.array([rows_list[j] for j in missing], pa.int64())).to_pylist()
+        for j, text in zip(missing, texts, strict=True):
+            event = orjson.loads(text)["event"]
+            payload = None
+            if shape.carries_payload:
+                payload = orjson.dumps(payload_of(EventView(event), shape), option=_SORTED).decode()
+            kept[j] = (payload, looked_values(shape, event))
+    return kept
+
+
 def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[int]]:
     """Batches (:data:`~consolidator.spark.columnar.BATCH_SCHEMA`, version 2 bodies) of every group
     of ``chunk`` this path can simulate under ``policy`` (plain, with a shape), in group then
@@ -89,16 +109,12 @@ def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch,
     topic_field = [f"{len(t.encode())}:{t}1:0" for t in chunk.topics]
     item_json = [orjson.dumps(name).decode() for name in chunk.item_ids]
     member_item = item[member].tolist()
-    texts = chunk.items.take(keep[member]).to_pylist()  # each row's stored {"event": ...}
     member_list = member.tolist()
     looked: dict[int, list] = {}  # event index -> its values at the outputs' paths (parsed once)
     entry = []  # per member row, its entry of "members"
-    for r, (index, text) in enumerate(zip(member_list, texts, strict=True)):
-        event = orjson.loads(text)["event"]
-        looked[index] = looked_values(shape, event)
-        head = "{"
-        if shape.carries_payload:
-            head = f'{{"event":{orjson.dumps(payload_of(EventView(event), shape), option=_SORTED).decode()},'
+    for r, (index, (payload, values)) in enumerate(zip(member_list, _kept(chunk, keep[member], shape), strict=True)):
+        looked[index] = values
+        head = "{" if payload is None else f'{{"event":{payload},'
         entry.append(f'{head}"item_id":{item_json[member_item[r]]},"offset":{offset_text[r]},'
                      f'"partition":{partition_text[r]},"topic":{topic_json[topic_of[r]]}}}')
     line = [f"{topic_field[t]}{len(p)}:{p}{len(o)}:{o}" for t, p, o in zip(topic_of, partition_text, offset_text,

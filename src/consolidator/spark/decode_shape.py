@@ -5,46 +5,68 @@ event keeps is only known to ``events.decode``), so both Spark jobs decode every
 Python. :func:`decode_shaped` does the common case with less work per value than
 ``events.decode``: one ``orjson`` parse, the identifiers as plain strings, the values the
 outputs read checked by :func:`consolidator.shape.check_values` (as ``retain`` checks them),
-and one encoding of what the event keeps. Whatever it cannot decode with certainty (poison,
+and one encoding of what the event keeps (:func:`decode_shaped`; the replay's decoding after
+the shuffle, :mod:`consolidator.spark.deferred`, keeps what the simulation reads instead, the
+member payload encoded and the outputs' values: :func:`decode_kept`). Whatever it cannot decode with certainty (poison,
 identifiers that are integers, a value of the wrong type, very deep nesting, ...) it leaves to ``events.decode``, which finds the
 reason.
 
 Guarantee: where it decodes a value, the group key, item id and items text are exactly
-:func:`~consolidator.spark.transforms.decode_value`'s (``tests/unit/test_decode_shape.py``).
+:func:`~consolidator.spark.transforms.decode_value`'s, and :class:`Kept` is what the simulation
+computes from that text (``tests/unit/test_decode_shape.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, TypeVar
 
 import orjson
 
 from consolidator.events import MAX_KEY_CHARS, FieldNames
-from consolidator.shape import EventView, Shape, ValueFault, _project, check_values
+from consolidator.shape import (
+    _SURELY_SHALLOW,
+    EventView,
+    Shape,
+    ValueFault,
+    _project,
+    check_values,
+    payload_of,
+    retain,
+)
+from consolidator.shape_bounds import looked_values
+
+T = TypeVar("T")
 
 
-def _accepted(document: dict, shape: Shape) -> bool:
-    """Whether ``shape.retain`` accepts the values ``document`` holds at the outputs' paths."""
-    try:
-        check_values(document, shape)
-    except ValueFault:
-        return False
-    return True
+class Kept(NamedTuple):
+    """What the simulation needs of a decoded event: its member payload as the message writes it
+    (``payload_of``, keys sorted; None: the shape carries none), its values at the outputs'
+    paths (:func:`consolidator.shape_bounds.looked_values`), and the value, for :meth:`view`."""
+
+    payload: str | None
+    looked: list
+    value: bytes
+    shape: Shape
+
+    def view(self) -> EventView:
+        """What the row keeps (``shape.retain`` of the value: it accepted it once already)."""
+        return retain(orjson.loads(self.value), self.shape, self.value)
 
 
-def decode_shaped(values: Sequence[bytes | None], names: FieldNames,
-                  max_event_bytes: int) -> tuple[list[str | None], list[str | None], list[str | None], list[int]]:
-    """Group keys, item ids and items texts (``shape.stored_text``) of ``values`` under
-    ``names.shape``, None where not decoded here, and the indices of those values: they go
-    to ``events.decode``."""
+def _decode(values: Sequence[bytes | None], names: FieldNames, max_event_bytes: int,
+            keep: Callable[[bytes, object, list], T]) -> tuple[list[str | None], list[str | None], list[T | None], list[int]]:
+    """Group keys, item ids and ``keep(value, kept event, its looked values)`` of ``values`` under
+    ``names.shape``, None where not decoded here, and the indices of those values: they go to
+    ``events.decode``."""
     shape = names.shape
     assert shape is not None
     group_name, item_name = names.group_key, names.item_id
-    reads = shape.reads()
+    reads, full = shape.reads(), shape.full_payload
     count = len(values)
     groups: list[str | None] = [None] * count
     items: list[str | None] = [None] * count
-    texts: list[str | None] = [None] * count
+    kept: list[T | None] = [None] * count
     rest = []
     for index, value in enumerate(values):
         if not value or len(value) > max_event_bytes:
@@ -60,14 +82,48 @@ def decode_shaped(values: Sequence[bytes | None], names: FieldNames,
             continue
         group, item = document.get(group_name), document.get(item_name)
         if (type(group) is not str or type(item) is not str or not 0 < len(group) <= MAX_KEY_CHARS
-                or not 0 < len(item) <= MAX_KEY_CHARS or not _accepted(document, shape)):
+                or not 0 < len(item) <= MAX_KEY_CHARS):
             rest.append(index)
             continue
-        kept = document if shape.full_payload else _project(document, reads)
-        try:  # as deep as shape.retain checks the nesting (``[[[[kept]]]]``), and the stored text
-            text = orjson.dumps([[[EventView(kept)]]])[3:-3].decode()
-        except TypeError:
+        try:
+            looked = check_values(document, shape)
+        except ValueFault:
             rest.append(index)
             continue
-        groups[index], items[index], texts[index] = group, item, text
-    return groups, items, texts, rest
+        event = document
+        if not full:
+            event = _project(document, reads)
+            looked = looked_values(shape, event)
+        if value.count(b"[") + value.count(b"{") > _SURELY_SHALLOW:
+            try:  # as deep as shape.retain checks the nesting (message, members, member, event)
+                orjson.dumps([[[[event]]]])
+            except TypeError:
+                rest.append(index)
+                continue
+        groups[index], items[index], kept[index] = group, item, keep(value, event, looked)
+    return groups, items, kept, rest
+
+
+def decode_kept(values: Sequence[bytes | None],
+                names: FieldNames, max_event_bytes: int) -> tuple[list[str | None], list[str | None], list[Kept | None], list[int]]:
+    """Group keys, item ids and :class:`Kept` of ``values`` under ``names.shape``, None where not
+    decoded here, and the indices of those values: they go to ``events.decode``."""
+    shape = names.shape
+    assert shape is not None
+
+    def keep(value: bytes, event: object, looked: list) -> Kept:
+        payload = None
+        if shape.carries_payload:
+            payload = orjson.dumps(payload_of(EventView(event), shape), option=orjson.OPT_SORT_KEYS).decode()
+        return Kept(payload, looked, value, shape)
+
+    return _decode(values, names, max_event_bytes, keep)
+
+
+def decode_shaped(values: Sequence[bytes | None], names: FieldNames,
+                  max_event_bytes: int) -> tuple[list[str | None], list[str | None], list[str | None], list[int]]:
+    """Group keys, item ids and items texts (``shape.stored_text``) of ``values`` under
+    ``names.shape``, None where not decoded here, and the indices of those values: they go
+    to ``events.decode``."""
+    return _decode(values, names, max_event_bytes,
+                   lambda value, event, looked: orjson.dumps([[[EventView(event)]]])[3:-3].decode())

@@ -15,6 +15,7 @@ inside a group are no-ops, as in the buffer's position ledger.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -214,17 +215,20 @@ OUTPUT_SCHEMA = (
 BATCH, DEAD_LETTER, SUMMARY, EXPIRED = "batch", "dead_letter", "summary", "expired"
 
 
-def _partition_function(policies: Sequence[NamedPolicy]):
+def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNames, int] | None = None):
     """The Arrow function over one partition of decoded records
     (:data:`~consolidator.spark.transforms.DECODED_SCHEMA`), clustered by group key: whole
     groups at a time go to :func:`columnar.simulate_chunk` (plain policies),
     :func:`columnar_shape.simulate_chunk_shaped` (plain policies with a generic event shape) or
-    :func:`simulate` (the rest, and the groups the columnar paths hand back)."""
+    :func:`simulate` (the rest, and the groups the columnar paths hand back). ``deferred``: the
+    field names and event size limit of records left undecoded before the shuffle
+    (:mod:`consolidator.spark.deferred`), decoded here first."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from consolidator.spark.columnar import is_plain, make_chunk, simulate_chunk
     from consolidator.spark.columnar_shape import is_plain_shaped, simulate_chunk_shaped
+    from consolidator.spark.deferred import decode_deferred
     from consolidator.spark.transforms import POISON_GROUP
 
     out_schema = pa.schema([
@@ -270,15 +274,20 @@ def _partition_function(policies: Sequence[NamedPolicy]):
         """Output batches of ``data``'s groups: the columnar path's batches (plain policies), the
         rows built one at a time (dead letters, the other groups and policies), one summary per group."""
         rows: list[tuple] = []
+        parsed = None
+        if deferred is not None:
+            data, parsed = decode_deferred(data, *deferred)
         valid = pc.not_equal(data["group_key"], POISON_GROUP)
         if not pc.all(valid).as_py():
             dead_letters(data.filter(pc.invert(valid)), rows)
+            if parsed is not None:
+                parsed = [k for k, v in zip(parsed, valid.to_pylist(), strict=True) if v]
             data = data.filter(valid)
         if data.num_rows == 0:
             yield table(rows)  # dead letters only
             return
         chunk = make_chunk(data["group_key"], data["timestamp_ms"], data["topic"], data["partition"],
-                           data["offset"], data["item_id"], data["items"])
+                           data["offset"], data["item_id"], data["items"], parsed)
         starts = np.flatnonzero(np.diff(chunk.group, prepend=-1))
         bounds = np.append(starts, len(chunk.group)).tolist()
         events_of = {}
@@ -305,18 +314,28 @@ def _partition_function(policies: Sequence[NamedPolicy]):
             "replayed": pa.array(replayed, pa.int64())}))
 
     def run(batches):
-        carry = None
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            data = pa.Table.from_batches([batch]) if carry is None else pa.concat_tables(
-                [carry, pa.Table.from_batches([batch])])
-            last = pc.index(data["group_key"], data["group_key"][-1]).as_py()  # the last group may go on
-            if last > 0:
-                yield from whole_groups(data.slice(0, last))
-            carry = data.slice(last)
-        if carry is not None:
-            yield from whole_groups(carry)
+        # The cyclic collector paused, as services/collector.py pauses it for ingest and flush: a
+        # chunk's parsed events (a generic shape) are trees freed by reference counting, and each
+        # collection would traverse them all again (a third of this function's time). A collector
+        # already off is left off.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            carry = None
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                data = pa.Table.from_batches([batch]) if carry is None else pa.concat_tables(
+                    [carry, pa.Table.from_batches([batch])])
+                last = pc.index(data["group_key"], data["group_key"][-1]).as_py()  # the last group may go on
+                if last > 0:
+                    yield from whole_groups(data.slice(0, last))
+                carry = data.slice(last)
+            if carry is not None:
+                yield from whole_groups(carry)
+        finally:
+            if paused:
+                gc.enable()
 
     return run
 
@@ -325,17 +344,22 @@ DEFAULT_NAMES = FieldNames()
 
 
 def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFAULT_NAMES,
-           max_event_bytes: int = 262_144, values=None):
+           max_event_bytes: int = 262_144, values=None, defer: bool = True):
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`) -> one frame of batches,
     dead letters and per-group summaries (:data:`OUTPUT_SCHEMA`) for every policy at once.
 
     Records are decoded by :func:`consolidator.spark.transforms.decode` (Spark's string functions
     where they provably agree with ``events.decode``, ``events.decode`` for the rest), shuffled
     once by group key, and each group simulated under each policy. ``values``: the records'
-    :class:`~consolidator.formats.ValueFormat` (None: JSON), decoded in Python."""
+    :class:`~consolidator.formats.ValueFormat` (None: JSON), decoded in Python.
+
+    Under a generic event shape, a value whose group key the JVM proves
+    (:func:`~consolidator.spark.transforms.claimed_group_key`) crosses the shuffle undecoded and
+    is decoded once, in the per-group function (:mod:`consolidator.spark.deferred`), with the
+    same results; ``defer=False`` decodes every value before the shuffle (the reference)."""
     from pyspark.sql import functions as F
 
-    from consolidator.spark.transforms import POISON_GROUP, decode
+    from consolidator.spark.transforms import decode, deferrable
 
     if not policies:
         raise ValueError("replay needs at least one policy")
@@ -344,15 +368,17 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFA
         raise ValueError(f"policy names must be unique: {names_seen}")
     # the messages' shape is the decoder's: every policy of the grid builds them with it
     policies = [dataclasses.replace(p, policy=dataclasses.replace(p.policy, shape=names.shape)) for p in policies]
-    frame = decode(records_df, names, max_event_bytes, values=values)
-    poison = F.col("group_key") == POISON_GROUP
+    defer = defer and deferrable(names, values)
+    frame = decode(records_df, names, max_event_bytes, values=values, defer=defer)
+    # the key where a dead-letter entry may need it: poison, and values decoded after the shuffle
+    undecoded = F.col("items").isNull()
     needed = frame.select("group_key", "timestamp_ms", "topic", "partition", "offset", "item_id", "items",
-                          F.when(poison, F.col("key")).alias("key"), "value", "poison_reason", "poison_detail")
+                          F.when(undecoded, F.col("key")).alias("key"), "value", "poison_reason", "poison_detail")
     # sorted by group key only: a group's records must be contiguous (a group cut by an Arrow
     # batch goes on in the next), and each chunk is sorted again in simulation order in Python
     # (columnar.make_chunk). Sorting on all five keys cost about 0.7 s more per million records.
     return (needed.repartition("group_key").sortWithinPartitions("group_key")
-            .mapInArrow(_partition_function(policies), OUTPUT_SCHEMA))
+            .mapInArrow(_partition_function(policies, (names, max_event_bytes) if defer else None), OUTPUT_SCHEMA))
 
 
 def write_outputs(result, out_dir: str) -> None:

@@ -40,6 +40,8 @@ RECORD_SCHEMA = T.StructType([
 
 #: After :func:`decode`. Valid events: ``group_key`` non-empty, ``value`` null (the items say it
 #: all). Poison: ``group_key`` = :data:`POISON_GROUP`, ``value`` kept for the dead-letter entry.
+#: Deferred (``decode(defer=True)``): the claimed group key, ``value`` kept, ``item_id`` and
+#: ``items`` null, decoded after the shuffle (:mod:`consolidator.spark.deferred`).
 DECODED_SCHEMA = T.StructType([
     *RECORD_SCHEMA.fields,
     T.StructField("group_key", T.StringType(), False),
@@ -204,6 +206,42 @@ def fast_decode(value: Column, schema: T.StructType, max_event_bytes: int) -> Co
                     F.when(F.char_length(text) > head + 1, as_json).otherwise(F.lit("[]")).alias("items"))
 
 
+_UNSAFE_NAME = re.compile(r'[\s"\\:,{}\[\]\x00-\x1f]')  # what may stand outside a JSON string, or needs an escape
+
+
+def deferrable(names: FieldNames, values: ValueFormat | None = None) -> bool:
+    """Whether :func:`claimed_group_key` can prove group keys for ``names``: a generic shape, JSON
+    values, and a group key field whose name holds no whitespace, quote, backslash, control
+    character or any of ``:,{}[]`` (so its quoted name can only be a string token of a JSON text)."""
+    return names.shape is not None and values is None and bool(names.group_key) \
+        and not _UNSAFE_NAME.search(names.group_key)
+
+
+def claimed_group_key(value: Column, names: FieldNames, max_event_bytes: int) -> Column:
+    """struct<ok, group_key>: ``ok`` where ``events.decode`` of ``value`` either is poison or gives
+    this group key (:func:`deferrable` names only); the group key is meaningless elsewhere.
+
+    The proof: the value holds no backslash, so every ``"`` of a JSON text delimits a string and
+    no string is written with an escape; the quoted field name ``"N"`` occurs exactly once, and
+    is followed by ``:`` and a string ``"g"`` (JSON whitespace between): a name without the
+    characters :func:`deferrable` excludes cannot start right after a closing quote, so that
+    occurrence is the one string token ``N`` of the text, a key of some object, whose value
+    is ``g``. If the value is valid JSON, an object, and that object is the top-level one, the
+    top-level object has the key once, with the value ``g`` (code points as written:
+    ``events.decode`` keeps a string identifier of 1 to :data:`MAX_KEY_CHARS` of them as it
+    is); otherwise ``events.decode`` finds poison (the key missing at the top level, not an
+    object, not JSON, not UTF-8), whatever the group key. Values that are not proven keep the
+    Python decoder before the shuffle."""
+    token = f'"{names.group_key}"'
+    text = value.cast("string")
+    key = F.regexp_extract(text, rf'"\Q{names.group_key}\E"[ \t\n\r]*:[ \t\n\r]*"([^"\x00-\x1f]*)"', 1)
+    # byte searches only (instr and char_length count characters: several times slower on 1 KB)
+    once = F.octet_length(F.substring_index(text, token, 2)) == F.octet_length(value)  # no 2nd occurrence
+    ok = ((F.octet_length(value) <= max_event_bytes) & ~text.contains("\\") & text.contains(token) & once
+          & (F.char_length(key) >= 1) & (F.char_length(key) <= MAX_KEY_CHARS))
+    return F.struct(F.coalesce(ok, F.lit(False)).alias("ok"), key.alias("group_key"))
+
+
 def not_proven() -> Column:
     return F.struct(F.lit(False).alias("ok"), *(F.lit(None).cast("string").alias(n)
                                                 for n in ("group_key", "item_id", "items")))
@@ -295,30 +333,36 @@ def _as_pandas_udf(fallback, out_type):
 
 
 def decode(df: DataFrame, names: FieldNames, max_event_bytes: int, fast_path: bool = True,
-           values: ValueFormat | None = None) -> DataFrame:
+           values: ValueFormat | None = None, defer: bool = False) -> DataFrame:
     """:data:`RECORD_SCHEMA` -> :data:`DECODED_SCHEMA` with exactly the Lambda path's results.
 
     Spark's own functions decode every value they can prove ``events.decode`` accepts with the
     same group key, item id and items (the fast path, see :func:`fast_decode`); every other value
     (poison, other JSON layouts) goes to ``events.decode`` in an
     Arrow UDF, so poison reasons and details are the Lambda path's own. ``fast_path=False``
-    decodes everything in Python, and so does a registry format (``values``)."""
+    decodes everything in Python, and so does a registry format (``values``). ``defer`` (a
+    generic shape, :func:`deferrable` names): a value whose group key :func:`claimed_group_key`
+    proves is left undecoded, for :mod:`consolidator.spark.deferred` after the shuffle."""
     fields = RECORD_SCHEMA.fieldNames()
     schema = fast_schema(names)
     if fast_path and schema is not None and values is None:
         fast = fast_decode(F.col("value"), schema, max_event_bytes)
     else:
         fast = not_proven()
-    staged = df.select(*fields, fast.alias("_fast"))
-    ok = F.col("_fast.ok")
-    slow = _fallback(names, max_event_bytes, values)(F.when(~ok, F.coalesce(F.col("value"), F.lit(b""))))
-    staged = staged.select(*fields, "_fast", slow.alias("_slow"))
-    poison = ~ok & (F.col("_slow.group_key") == POISON_GROUP)
+    deferred = defer and fast_path and deferrable(names, values)
+    claim = claimed_group_key(F.col("value"), names, max_event_bytes) if deferred else F.struct(
+        F.lit(False).alias("ok"), F.lit(None).cast("string").alias("group_key"))
+    staged = df.select(*fields, fast.alias("_fast"), claim.alias("_claim"))
+    ok, later = F.col("_fast.ok"), F.col("_claim.ok")
+    slow = _fallback(names, max_event_bytes, values)(F.when(~ok & ~later, F.coalesce(F.col("value"), F.lit(b""))))
+    staged = staged.select(*fields, "_fast", "_claim", slow.alias("_slow"))
+    poison = ~ok & ~later & (F.col("_slow.group_key") == POISON_GROUP)
     return staged.select(
         *fields[:-1],
-        F.when(poison, F.col("value")).alias("value"),
-        F.when(ok, F.col("_fast.group_key")).otherwise(F.col("_slow.group_key")).alias("group_key"),
-        *(F.when(ok, F.col(f"_fast.{n}")).otherwise(F.col(f"_slow.{n}")).alias(n) for n in ("item_id", "items")),
+        F.when(poison | later, F.col("value")).alias("value"),
+        F.when(ok, F.col("_fast.group_key")).when(later, F.col("_claim.group_key"))
+        .otherwise(F.col("_slow.group_key")).alias("group_key"),
+        *(F.when(ok, F.col(f"_fast.{n}")).when(~later, F.col(f"_slow.{n}")).alias(n) for n in ("item_id", "items")),
         F.col("_slow.poison_reason").alias("poison_reason"),
         F.col("_slow.poison_detail").alias("poison_detail"),
     )
