@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from consolidator.batch import MessageOptions, build_message, encode
 from consolidator.clock import Clock
+from consolidator.collector import collector_paused
 from consolidator.errors import LockUnavailable, StoreError
 from consolidator.lock import RedisLock
 from consolidator.policy import (
@@ -39,7 +40,6 @@ from consolidator.policy import (
     due_groups,
     expiry_cutoff_ms,
 )
-from consolidator.services.collector import collector_paused
 from consolidator.services.due import DueGroup, due_groups_now, rate_limits
 from consolidator.services.expiry import Expiry
 from consolidator.services.flush_claim import ClaimStep, Group, Tick
@@ -160,7 +160,7 @@ class FlushService:
             group = Group(stat.group_key, reason, stat.pending, self._limit(limits, stat.group_key),
                           self.policy.max_batch_size)
             step.expire(tick, group, stat.oldest_record_ts_ms)
-            with collector_paused():  # the claim's rows are parsed JSON: trees, no cycles (services/collector.py)
+            with collector_paused():  # the claim's rows are parsed JSON: trees, no cycles (consolidator/collector.py)
                 step.claim(tick, group)
         self._deliver(tick.outbox, report)
 

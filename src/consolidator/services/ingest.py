@@ -28,11 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from consolidator.clock import Clock
+from consolidator.collector import collector_paused
 from consolidator.errors import DeliveryError, StoreError, StoreUnavailable
 from consolidator.events import Event, FieldNames, KafkaRecord, PoisonEvent, SourcePosition
 from consolidator.formats import RegistryUnavailable, ValueDecoder, decode_event
 from consolidator.msk import Rejected, batch_item_failures, parse_event
-from consolidator.services.collector import collector_paused
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.sinks.deadletter import DeadLetter, poison_entry, rejected_entry
 from consolidator.store.mysql import IngestCounts, MySQLStore
@@ -101,7 +101,7 @@ class IngestService:
     def handle_msk_event(self, event: object) -> dict:
         """The whole Lambda contract: MSK event in, partial batch response out. No input makes
         this raise; see :meth:`ingest` for the one dependency failure that does."""
-        with collector_paused():  # the records and their parsed events: trees, no cycles (services/collector.py)
+        with collector_paused():  # the records and their parsed events: trees, no cycles (consolidator/collector.py)
             parsed = parse_event(event)
             return batch_item_failures(self.ingest(parsed.records, parsed.rejected).failed)
 

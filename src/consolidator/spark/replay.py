@@ -15,7 +15,6 @@ inside a group are no-ops, as in the buffer's position ledger.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from consolidator.batch import Member, build_message, encode, fit_claims
+from consolidator.collector import collector_paused
 from consolidator.events import (
     FieldNames,
     KafkaRecord,
@@ -314,13 +314,9 @@ def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNa
             "replayed": pa.array(replayed, pa.int64())}))
 
     def run(batches):
-        # The cyclic collector paused, as services/collector.py pauses it for ingest and flush: a
-        # chunk's parsed events (a generic shape) are trees freed by reference counting, and each
-        # collection would traverse them all again (a third of this function's time). A collector
-        # already off is left off.
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        # a chunk's parsed events (a generic shape) are trees freed by reference counting: each
+        # collection would traverse them all again (a third of this function's time)
+        with collector_paused():
             carry = None
             for batch in batches:
                 if batch.num_rows == 0:
@@ -333,9 +329,6 @@ def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNa
                 carry = data.slice(last)
             if carry is not None:
                 yield from whole_groups(carry)
-        finally:
-            if paused:
-                gc.enable()
 
     return run
 

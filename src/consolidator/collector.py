@@ -6,7 +6,8 @@ reference counting as soon as their batch is delivered. Every collection that ru
 traverses them all again; on bench-flush's generic drain that was about a third of the
 flusher's CPU per row (the default shape: about a fifth). An ingest invocation is the same: its
 records and their parsed events, up to the MSK batch size (pausing it took ingest from 11,900
-to 19,500 generic records/s, and from 30,500 to 38,700 orders/s, best of three, alternated)."""
+to 19,500 generic records/s, and from 30,500 to 38,700 orders/s, best of three, alternated), and so
+is a Spark replay's chunk of parsed events (spark/replay.py)."""
 
 from __future__ import annotations
 
