@@ -31,8 +31,11 @@ def consume(bootstrap: str, topic: str) -> list:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
             if high > low:
                 consumer.assign([TopicPartition(topic, p, low)])
-                while len([m for m in found if m.partition() == p]) < high - low:
-                    found += [m for m in consumer.consume(100, timeout=5) if m.error() is None]
+                got = []
+                while len(got) < high - low:  # ask for what is missing: consume() waits for that many
+                    got += [m for m in consumer.consume(min(100, high - low - len(got)), timeout=5)
+                            if m.error() is None]
+                found += got
         return found
     finally:
         consumer.close()
