@@ -192,15 +192,19 @@ def retain(document: dict, shape: Shape, source: bytes | None = None) -> EventVi
     :class:`ValueFault` when a value an output reads has the wrong type. ``source``: the JSON
     text ``document`` was read from, if known; with few brackets in it, the nesting is not
     encoded again to be checked (the same outcome, as its depth cannot exceed their count)."""
-    check_values(document, shape)
+    return retain_with_values(document, shape, source)[0]
+
+
+def retain_with_values(document: dict, shape: Shape, source: bytes | None = None) -> tuple[EventView, list]:
+    """:func:`retain`'s view, and the event's value at each output's path (:func:`check_values`)."""
+    values = check_values(document, shape)
     kept = document if shape.full_payload else _project(document, shape.reads())
-    if source is not None and source.count(b"[") + source.count(b"{") <= _SURELY_SHALLOW:
-        return EventView(kept)
-    try:  # as deep as the message holds it (message, members, member, event): the encoder's limit
-        orjson.dumps([[[[kept]]]])
-    except TypeError:
-        raise ValueFault("(event)", "nesting the encoder can write (about 250 levels)", "deeper nesting") from None
-    return EventView(kept)
+    if source is None or source.count(b"[") + source.count(b"{") > _SURELY_SHALLOW:
+        try:  # as deep as the message holds it (message, members, member, event): the encoder's limit
+            orjson.dumps([[[[kept]]]])
+        except TypeError:
+            raise ValueFault("(event)", "nesting the encoder can write (about 250 levels)", "deeper nesting") from None
+    return EventView(kept), values
 
 
 def payload_of(view: EventView, shape: Shape) -> object:

@@ -3,13 +3,13 @@
 Under a generic shape (:mod:`consolidator.shape`) the JVM fast path proves nothing (what an
 event keeps is only known to ``events.decode``), so both Spark jobs decode every value in
 Python. :func:`decode_shaped` does the common case with less work per value than
-``events.decode``: one ``orjson`` parse, the identifiers as plain strings, the values the
-outputs read checked by :func:`consolidator.shape.check_values` (as ``retain`` checks them),
-and one encoding of what the event keeps (:func:`decode_shaped`; the replay's decoding after
-the shuffle, :mod:`consolidator.spark.deferred`, keeps what the simulation reads instead, the
-member payload encoded and the outputs' values: :func:`decode_kept`). Whatever it cannot decode with certainty (poison,
-identifiers that are integers, a value of the wrong type, very deep nesting, ...) it leaves to ``events.decode``, which finds the
-reason.
+``events.decode``: one ``orjson`` parse, the identifiers as plain strings, then ``retain``
+itself (:func:`consolidator.shape.retain_with_values`) and one encoding of what the event keeps.
+The replay's decoding after the shuffle (:mod:`consolidator.spark.deferred`) keeps what the
+simulation reads instead, the member payload encoded and the outputs' values
+(:func:`decode_kept`). Whatever it cannot decode with certainty (poison, identifiers that are
+integers, a value of the wrong type, very deep nesting, ...) it leaves to ``events.decode``,
+which finds the reason.
 
 Guarantee: where it decodes a value, the group key, item id and items text are exactly
 :func:`~consolidator.spark.transforms.decode_value`'s, and :class:`Kept` is what the simulation
@@ -25,16 +25,14 @@ import orjson
 
 from consolidator.events import MAX_KEY_CHARS, FieldNames
 from consolidator.shape import (
-    _SURELY_SHALLOW,
     EventView,
     Shape,
     ValueFault,
-    _project,
-    check_values,
     payload_of,
     retain,
+    retain_with_values,
+    stored_text,
 )
-from consolidator.shape_bounds import looked_values
 
 T = TypeVar("T")
 
@@ -55,14 +53,13 @@ class Kept(NamedTuple):
 
 
 def _decode(values: Sequence[bytes | None], names: FieldNames, max_event_bytes: int,
-            keep: Callable[[bytes, object, list], T]) -> tuple[list[str | None], list[str | None], list[T | None], list[int]]:
-    """Group keys, item ids and ``keep(value, kept event, its looked values)`` of ``values`` under
-    ``names.shape``, None where not decoded here, and the indices of those values: they go to
-    ``events.decode``."""
+            keep: Callable[[bytes, EventView, list], T]) -> tuple[list[str | None], list[str | None], list[T | None], list[int]]:
+    """Group keys, item ids and ``keep(value, what its row keeps, its values at the outputs'
+    paths)`` (:func:`consolidator.shape.retain_with_values`) of ``values`` under ``names.shape``,
+    None where not decoded here, and the indices of those values: they go to ``events.decode``."""
     shape = names.shape
     assert shape is not None
     group_name, item_name = names.group_key, names.item_id
-    reads, full = shape.reads(), shape.full_payload
     count = len(values)
     groups: list[str | None] = [None] * count
     items: list[str | None] = [None] * count
@@ -86,21 +83,11 @@ def _decode(values: Sequence[bytes | None], names: FieldNames, max_event_bytes: 
             rest.append(index)
             continue
         try:
-            looked = check_values(document, shape)
+            view, looked = retain_with_values(document, shape, value)
         except ValueFault:
             rest.append(index)
             continue
-        event = document
-        if not full:
-            event = _project(document, reads)
-            looked = looked_values(shape, event)
-        if value.count(b"[") + value.count(b"{") > _SURELY_SHALLOW:
-            try:  # as deep as shape.retain checks the nesting (message, members, member, event)
-                orjson.dumps([[[[event]]]])
-            except TypeError:
-                rest.append(index)
-                continue
-        groups[index], items[index], kept[index] = group, item, keep(value, event, looked)
+        groups[index], items[index], kept[index] = group, item, keep(value, view, looked)
     return groups, items, kept, rest
 
 
@@ -111,10 +98,10 @@ def decode_kept(values: Sequence[bytes | None],
     shape = names.shape
     assert shape is not None
 
-    def keep(value: bytes, event: object, looked: list) -> Kept:
+    def keep(value: bytes, view: EventView, looked: list) -> Kept:
         payload = None
         if shape.carries_payload:
-            payload = orjson.dumps(payload_of(EventView(event), shape), option=orjson.OPT_SORT_KEYS).decode()
+            payload = orjson.dumps(payload_of(view, shape), option=orjson.OPT_SORT_KEYS).decode()
         return Kept(payload, looked, value, shape)
 
     return _decode(values, names, max_event_bytes, keep)
@@ -125,5 +112,4 @@ def decode_shaped(values: Sequence[bytes | None], names: FieldNames,
     """Group keys, item ids and items texts (``shape.stored_text``) of ``values`` under
     ``names.shape``, None where not decoded here, and the indices of those values: they go
     to ``events.decode``."""
-    return _decode(values, names, max_event_bytes,
-                   lambda value, event, looked: orjson.dumps([[[EventView(event)]]])[3:-3].decode())
+    return _decode(values, names, max_event_bytes, lambda value, view, looked: stored_text(view))

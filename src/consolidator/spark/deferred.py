@@ -4,7 +4,7 @@ Under a generic event shape the replay's :func:`~consolidator.spark.transforms.d
 ``defer``) decodes in Python before the shuffle only the values whose group key the JVM cannot
 prove (:func:`~consolidator.spark.transforms.claimed_group_key`); the others cross the shuffle
 as their raw value, with the group key claimed and ``items`` null, and are decoded here, once,
-in the per-group function: :func:`~consolidator.spark.decode_shape.decode_shaped` for the common
+in the per-group function: :func:`~consolidator.spark.decode_shape.decode_kept` for the common
 case, ``events.decode`` (:func:`~consolidator.spark.transforms.decode_value`) for the rest, which
 finds poison with the same reason and detail as before the shuffle.
 
