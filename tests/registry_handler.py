@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from consolidator.demo.lambda_context import LocalLambdaContext
-from consolidator.msk import event_from_records
+from consolidator.sources.msk import event_from_records
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ from registry_handler import dead_letters, failed_offsets, handler_environment, 
 from schema_registry import LocalSchemaRegistry, Misbehaviour
 from support import record, sql
 
-from consolidator.errors import ConfigurationError
+from consolidator.rules.errors import ConfigurationError
 
 
 @pytest.fixture

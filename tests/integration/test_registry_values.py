@@ -19,7 +19,7 @@ from registry_handler import (
 from schema_registry import LocalSchemaRegistry
 from support import record, sql
 
-from consolidator.formats import RegistryValueDecoder
+from consolidator.sources.formats import RegistryValueDecoder
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The bounded readers and the lookup bookkeeping of consolidator.formats: the Avro reader gives
+"""The bounded readers and the lookup bookkeeping of consolidator.sources.formats: the Avro reader gives
 fastavro's documents, its size count never refuses a document whose JSON fits the cap, the
 Protobuf document is bounded while it is built, and the schema cache and the lookup budget keep
 their limits."""
@@ -17,12 +17,12 @@ from format_values import order, order_proto, proto_order, proto_schema_text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consolidator.events import PoisonEvent, PoisonReason
-from consolidator.formats.avro import avro_document_reader
-from consolidator.formats.base import LookupBudget, RegistryUnavailable, SchemaCache, poison
-from consolidator.formats.codecs import document_json
-from consolidator.formats.protobuf import protobuf_document_reader
-from consolidator.formats.wire import Frame
+from consolidator.rules.events import PoisonEvent, PoisonReason
+from consolidator.sources.formats.avro import avro_document_reader
+from consolidator.sources.formats.base import LookupBudget, RegistryUnavailable, SchemaCache, poison
+from consolidator.sources.formats.codecs import document_json
+from consolidator.sources.formats.protobuf import protobuf_document_reader
+from consolidator.sources.formats.wire import Frame
 
 NAMES = st.text(string.ascii_letters, min_size=1, max_size=8)
 EVERYTHING = {"type": "record", "name": "Everything", "namespace": "t", "fields": [
