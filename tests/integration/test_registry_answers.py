@@ -72,6 +72,30 @@ def test_a_schema_id_is_accepted_only_under_the_allowed_subjects(handler, regist
         assert "registered under ['returns-value'], none of the allowed subjects ['orders-value']" in entry["detail"]
 
 
+def test_a_glue_schema_version_is_accepted_only_under_the_allowed_schema_names(monkeypatch, database_url, store,
+                                                                                 dead_letter):
+    from format_values import glue as glue_frame
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    with mock_aws():
+        client = boto3.client("glue")
+        client.create_registry(RegistryName="shop")
+        versions = {name: client.create_schema(
+            RegistryId={"RegistryName": "shop"}, SchemaName=name, DataFormat="AVRO", Compatibility="BACKWARD",
+            SchemaDefinition=json.dumps(ORDER_V1))["SchemaVersionId"] for name in ("orders", "returns")}
+        environment = handler_environment(database_url, dead_letter, "", GLUE_REGISTRY_NAME="shop")
+        for name, value in environment.items():
+            if value:
+                monkeypatch.setenv(name, value)
+        records = [record(n, glue_frame(versions[name], avro_body(order("WH-1", f"A{n}"))))
+                   for n, name in enumerate(("orders", "returns", "orders"))]
+        assert invoke(load_handler(), records) == {"batchItemFailures": []}
+    assert _stored(store) == ["A0", "A2"]  # Glue's serializers name a topic's schema after the topic
+    [entry] = dead_letters(dead_letter)
+    assert (entry["reason"], entry["schema_id"]) == ("unknown_schema", versions["returns"])
+    assert "belongs to schema 'returns', none of the allowed ['orders']" in entry["detail"]
+
+
 # -- lookups per invocation, caches ---------------------------------------------------------------
 
 
