@@ -163,10 +163,11 @@ SCHEMA_TEXT = json.dumps({"schema": json.dumps(ORDER_V1)})
     (Misbehaviour(200, b'{"schema": '), "unavailable"),
     (Misbehaviour(200, b"<html>proxy</html>", content_type="text/html"), "unavailable"),
     (Misbehaviour(404, b"<html>no such page</html>", content_type="text/html"), "unavailable"),
+    (Misbehaviour(404, b'{"error_code": 404, "message": "HTTP 404 Not Found"}'), "unavailable"),
     (Misbehaviour(302, b""), "unavailable"),
     (Misbehaviour(500, b'{"error_code": 50001, "message": "store failed"}'), "unavailable"),
 ], ids=["list", "null", "references-only", "references-not-a-list", "400", "422", "over-the-cap", "gzip-bomb",
-        "malformed-json", "not-json", "404-not-the-api", "redirect", "500"])
+        "malformed-json", "not-json", "404-not-the-api", "404-no-such-route", "redirect", "500"])
 def test_every_answer_is_a_schema_poison_or_unavailable(handler, registry, dead_letter, store, answer, outcome):
     good = registry.register("AVRO", json.dumps(ORDER_V1))
     odd = registry.register("AVRO", json.dumps({**ORDER_V1, "doc": "served oddly"}))

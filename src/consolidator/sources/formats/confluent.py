@@ -1,5 +1,6 @@
 """A Confluent-compatible schema registry (Confluent Platform or Cloud, Redpanda, Apicurio's
-ccompat API, Karapace), read over its REST API with :mod:`consolidator.sources.formats.bounded_http`.
+ccompat API, Karapace), read over its REST API with
+:mod:`consolidator.sources.formats.bounded_http`.
 
 One lookup is two ``GET``\\s under one deadline: ``/schemas/ids/{id}/versions`` (the subjects the
 id is registered under, soft-deleted versions included: old records still name them), and only
@@ -8,15 +9,16 @@ is one of:
 
 - the schema: a 200 whose JSON body has the expected shape;
 - poison for the records naming the id (``unknown_schema``, with the reason): the registry's
-  API answering about the id (a JSON body) with 404 (unknown id), 400 or 422 (it refuses the
-  request) or any other 4xx but 401, 403, 408 and 429; a subject list without an allowed
-  subject; a 200 whose JSON is not the expected shape (``[]``, ``null``,
+  API answering about the id (a JSON body) with 404 and error code 40403 (unknown id), 400 or
+  422 (it refuses the request) or any other 4xx but 401, 403, 408 and 429; a subject list
+  without an allowed subject; a 200 whose JSON is not the expected shape (``[]``, ``null``,
   ``{"references": "x"}``); an answer over
   :data:`~consolidator.sources.formats.limits.MAX_SCHEMA_RESPONSE_BYTES`, as received or inflated;
 - :class:`RegistryUnavailable` (retried): no connection, TLS failure, the deadline, 401 or 403
-  (credentials refused), 408, 429, 5xx, a redirect (not followed), any other status, a body
-  that is not JSON (an empty one too) or is cut short: the registry is not answering, or it is
-  not its API that answers (a proxy's error page, a wrong URL path).
+  (credentials refused), 408, 429, 5xx, a redirect (not followed), any other status, a 404
+  without error code 40403 (no such route), a body that is not JSON (an empty one too) or is
+  cut short: the registry is not answering, or it is not its API that answers (a proxy's error
+  page, a wrong URL path).
 
 The credentials are read from the secret once, sent as basic auth (the settings refuse them
 over plain http), and never logged or put in a message.
@@ -38,6 +40,7 @@ from consolidator.sources.formats.limits import MAX_SCHEMA_RESPONSE_BYTES
 from consolidator.support.redact import masked
 
 NOT_FOUND = 404
+SCHEMA_NOT_FOUND = 40403  # the error code of a 404 that is about the id (another 404: no such route)
 UNAVAILABLE_4XX = (401, 403, 408, 429)  # credentials refused, timed out, throttled: the registry, not the id
 ACCEPT = "application/vnd.schemaregistry.v1+json, application/vnd.schemaregistry+json, application/json"
 
@@ -107,6 +110,9 @@ class ConfluentRegistry:
             raise RegistryUnavailable(f"{where} answered {what}{body_is} for schema {schema_id}{_error_message(body)}")
         if status == 200:
             return body
+        if status == NOT_FOUND and not (isinstance(body, dict) and body.get("error_code") == SCHEMA_NOT_FOUND):
+            raise RegistryUnavailable(f"{where} answered 404 without error code {SCHEMA_NOT_FOUND} (schema not found)"
+                                      f" for schema {schema_id}{_error_message(body)}: is the URL the API's root?")
         reason = "does not know this schema id" if status == NOT_FOUND else "refused the lookup"
         raise poison(PoisonReason.UNKNOWN_SCHEMA, f"the registry {reason} ({status}{_error_message(body)})", schema_id)
 
