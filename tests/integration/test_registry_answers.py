@@ -111,16 +111,20 @@ def test_registry_lookups_per_invocation_are_capped_and_the_rest_wait(handler, r
     assert failed_offsets(response) == list(range(20, 30)) and _lookups(registry) == 20
 
 
-def test_the_schema_caches_are_bounded(handler, registry):
+def test_the_schema_caches_are_bounded(handler, registry, monkeypatch):
     ids = [registry.register("AVRO", json.dumps({**ORDER_V1, "doc": f"version {n}"})) for n in range(40)]
-    module = handler(SCHEMA_REGISTRY_MAX_LOOKUPS="1000")
-    assert invoke(module, [record(n, _value(schema_id, f"A{n}")) for n, schema_id in enumerate(ids)]) == {
-        "batchItemFailures": []}
+    module = handler()
+    for start in range(0, 40, 10):  # ten lookups an invocation
+        records = [record(n, _value(ids[n], f"A{n}")) for n in range(start, start + 10)]
+        assert invoke(module, records) == {"batchItemFailures": []}
+    cache = module.service().values.cache
+    assert len(cache.readers) == 32  # sources.formats.limits.MAX_CACHED_SCHEMAS, the least recently used out
+    monkeypatch.setenv("CONSOLIDATOR_SCHEMA_REGISTRY_MAX_LOOKUPS", "1000")
+    module = load_handler()
     unknown = [record(100 + n, _value(5000 + n, f"B{n}")) for n in range(1100)]
     assert invoke(module, unknown[:1000]) == {"batchItemFailures": []}
     assert invoke(module, unknown[1000:]) == {"batchItemFailures": []}
-    cache = module.service().values.cache
-    assert (len(cache.readers), len(cache.failures)) == (32, 1024)  # formats.limits: MAX_CACHED_SCHEMAS, ..._FAILURES
+    assert len(module.service().values.cache.failures) == 1024  # sources.formats.limits.MAX_REMEMBERED_FAILURES
 
 
 @pytest.mark.timeout(60)

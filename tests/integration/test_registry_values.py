@@ -83,7 +83,7 @@ def test_a_recursive_avro_schema_with_a_deeply_nested_value_is_poison_not_a_cras
     assert result["response"] == {"batchItemFailures": []}
     [entry] = dead_letters(dead_letter)
     assert (entry["reason"], entry["schema_id"]) == ("undecodable_value", str(node))
-    assert "nests deeper than 100 " in entry["detail"]  # formats.limits.MAX_DECODED_DEPTH
+    assert "nests deeper than 100 " in entry["detail"]  # sources.formats.limits.MAX_DECODED_DEPTH
     assert _stored(store) == ["A2"]
 
 
