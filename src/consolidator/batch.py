@@ -33,8 +33,8 @@ import orjson
 
 from consolidator.events import MAX_QUANTITY, SourcePosition
 from consolidator.policy import FlushReason, Policy
-from consolidator.shape import INT64_MAX, EventView, Shape, aggregate, payload_of, within_int64
-from consolidator.shape_bounds import int64_safe
+from consolidator.shape import INT64_MAX, EventView, Shape, aggregate, payload_of, within_bounds
+from consolidator.shape_bounds import bounds_safe
 
 SCHEMA_VERSION = 1
 SCHEMA_VERSION_SHAPED = 2  # a generic event shape (schemas/batch-v2.schema.json)
@@ -309,18 +309,19 @@ def prefix_fits(group_key: str, members: Sequence[Member], reason: FlushReason, 
     return fits
 
 
-def int64_prefix(members: Sequence[Member], shape: Shape | None = None) -> int:
+def bounded_prefix(members: Sequence[Member], shape: Shape | None = None) -> int:
     """How many of ``members`` (claim order) the next batch takes before a quantity it sums
     would pass ``MAX_QUANTITY`` (2**63-1): members are taken one by one, as
     :func:`build_message` counts them (the newest row of each item), and the first that would
     take a sku's sum over the bound starts the next batch. At least 1: ingest refuses an event
     whose own sums go over, so a member alone always fits. Cheap when the quantities of all
     members together fit (always, unless quantities reach 10**18 or so). A generic ``shape``:
-    the longest prefix (:func:`fit_count`) whose integer outputs all fit int64."""
+    the longest prefix (:func:`fit_count`) whose outputs all stay within bounds
+    (:func:`~consolidator.shape.within_bounds`: integers within int64, doubles finite)."""
     if shape is not None:
-        if int64_safe(shape, [_view(x.items).event for x in members]):
+        if bounds_safe(shape, [_view(x.items).event for x in members]):
             return len(members)  # every prefix fits (shape_bounds): what probing gives, without it
-        return fit_count(lambda m: within_int64(aggregate(shape, [
+        return fit_count(lambda m: within_bounds(aggregate(shape, [
             _view(x.items).event for x in sorted(_newest_per_item(members[:m]).values(), key=lambda x: x.position)])),
             lambda m: min(m, len(members)))
     if sum([quantity for m in members for _, quantity in _pairs(m.items)]) <= MAX_QUANTITY:
@@ -350,15 +351,15 @@ def fitting_prefix(
     """How many of ``members`` (claim order) the next batch takes: under the byte cap (``None``:
     no cap) :func:`fit_count` over them, at least 1 (a member too large on its own is a batch of
     its own; the sink rejects it and, after ``max_attempts``, it reaches the dead-letter
-    destination), then of that prefix :func:`int64_prefix` (its summed quantities fit a signed
-    64-bit integer), in this order, as the Lambda path's claim (``store/claims.py``): sums may
-    leave int64 and come back (negative values), so the int64 prefix of the whole claim, cut
-    by the byte cap afterwards, could sum past it. While a message grows with its prefix
+    destination), then of that prefix :func:`bounded_prefix` (its integer sums fit a signed
+    64-bit integer, its double sums are finite), in this order, as the Lambda path's claim
+    (``store/claims.py``): sums may leave int64 and come back (negative values), so the bounded
+    prefix of the whole claim, cut by the byte cap afterwards, could sum past it. While a message grows with its prefix
     (always, except where a later member of an item replaces an earlier one with fewer SKUs)
     this is the longest prefix that fits."""
     taken = len(members) if max_bytes is None else fit_count(
         prefix_fits(group_key, members, reason, flushed_at_ms, max_bytes, options), lambda m: min(m, len(members)))
-    return int64_prefix(members[:taken], options.shape) if taken else 0
+    return bounded_prefix(members[:taken], options.shape) if taken else 0
 
 
 def split_to_fit(
@@ -381,7 +382,7 @@ def fit_claims(
     tracked: bool = False,
 ) -> list[tuple[FlushReason, list[Member]]]:
     """:func:`~consolidator.policy.plan_batches` claims split under ``policy.max_batch_bytes`` and
-    so that their summed quantities fit int64 (:func:`fitting_prefix`), the size counted with
+    so that their sums stay within bounds (:func:`fitting_prefix`), the size counted with
     the policy's shape, ``held_back_ms`` when the group has a rate limit, and the tracking fields."""
     options = MessageOptions(policy.shape, tracked, policy.limit_for(group_key) is not None)
     return [(reason, batch) for reason, members in claims

@@ -19,21 +19,29 @@ Guarantees:
 - **Poison follows the spec.** A path the shape reads may be absent (or null): the member
   contributes nothing. Present with the wrong type, it is poison (``bad_value``), the detail
   naming the path and the expected type. A field no output reads is never looked at.
-- **Numbers.** JSON integers are exact within signed 64 bits; an integer outside it, where the
-  shape reads a number, is poison (an integer literal beyond 64 bits is read as a double by the
-  JSON parser, as every other engine does). Integer sums are exact: a claim whose sum would
-  leave int64 is split, as the byte cap splits it. A sum with any double in it is a double:
-  each value taken as a double (an integer beyond 2**53 is rounded to one), then summed exactly
-  and rounded once (``math.fsum``, whatever the order); doubles are
-  written as the shortest text that reads back as the same double.
+- **Numbers** (docs/events.md, "Numbers"). A number is classified by its literal: digits only
+  is an integer, whatever its size (the JSON parser reads one beyond 64 bits as a double: such
+  a literal is found in the text, :func:`retain_with_values`); a fraction or an exponent makes
+  a double. Where an output reads a number, an integer outside signed 64 bits is poison;
+  where the shape keeps any value (``first``, ``last``, a member payload), integers are kept
+  exactly within 64 bits (-2**63 .. 2**64-1) and one beyond is poison, never a double.
+  Integer sums are exact. A sum with any double in it is a double: each value taken as a
+  double (an integer beyond 2**53 is rounded to one), then summed exactly and rounded once
+  (whatever the order); doubles are written as the shortest text that reads back as the same
+  double. Every output stays within bounds (:func:`within_bounds`: integers within int64,
+  doubles finite): a claim whose outputs would leave them is split, as the byte cap splits it,
+  and an event whose ``group_sum`` alone leaves them is poison, the detail naming the element.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
+import msgspec
 import orjson
 
 from consolidator.shape_spec import (  # noqa: F401 (re-exported: the shape's one public module)
@@ -50,6 +58,7 @@ from consolidator.shape_spec import (  # noqa: F401 (re-exported: the shape's on
 )
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+UINT64_MAX = 2**64 - 1  # what the message's encoder writes exactly, beside int64
 _NUMERIC = frozenset({"sum", "min", "max"})
 
 
@@ -140,9 +149,28 @@ def _check(output: Output, value: object) -> None:
                 raise ValueFault(f"{at}.{show(output.by)}", "non-empty string", _kind(key))
             for path in output.sums:
                 _number(lookup(element, path, f"{at}.{show(path)}"), f"{at}.{show(path)}")
-        if not within_int64({"sums": _group_sum(output, [value])}):
-            raise ValueFault(where, "sums per group within int64 (a batch of this event alone adds them up)",
-                             "a larger sum")
+        _group_sums_within_bounds(output, value, where)
+
+
+def _group_sums_within_bounds(output: Output, elements: list, where: str) -> None:
+    """:class:`ValueFault` naming the last element of a group whose sum, in a batch of this event
+    alone, leaves int64 (integers) or the double range (doubles)."""
+    summed = _group_sum(output, [elements])
+    if within_bounds({"sums": summed}):
+        return
+    by_name = output.by[-1]  # type: ignore[index]
+    for group in summed:
+        for path in output.sums:
+            total = group[path[-1]]
+            if within_bounds({"sum": total}):
+                continue
+            last = max(i for i, element in enumerate(elements) if lookup(element, output.by) == group[by_name])
+            at = f"{where}[{last}].{show(path)}"
+            if type(total) is int:
+                raise ValueFault(at, "sums per group within int64 (a batch of this event alone adds them up)",
+                                 "a larger sum")
+            raise ValueFault(at, "sums per group within the double range (a batch of this event alone adds them"
+                             " up)", "a sum beyond 1.8e308")
 
 
 def _project(document: dict, paths: Iterable[Path]) -> dict:
@@ -196,8 +224,12 @@ def retain(document: dict, shape: Shape, source: bytes | None = None) -> EventVi
 
 
 def retain_with_values(document: dict, shape: Shape, source: bytes | None = None) -> tuple[EventView, list]:
-    """:func:`retain`'s view, and the event's value at each output's path (:func:`check_values`)."""
+    """:func:`retain`'s view, and the event's value at each output's path (:func:`check_values`).
+    With ``source``, its integer literals beyond 64 bits (which the JSON parser read as doubles)
+    are found and classified as integers (:func:`_long_integers`)."""
     values = check_values(document, shape)
+    if source is not None and _LONG_DIGITS.search(source):
+        _long_integers(document, source, shape)
     kept = document if shape.full_payload else _project(document, shape.reads())
     if source is None or source.count(b"[") + source.count(b"{") > _SURELY_SHALLOW:
         try:  # as deep as the message holds it (message, members, member, event): the encoder's limit
@@ -205,6 +237,78 @@ def retain_with_values(document: dict, shape: Shape, source: bytes | None = None
         except TypeError:
             raise ValueFault("(event)", "nesting the encoder can write (about 250 levels)", "deeper nesting") from None
     return EventView(kept), values
+
+
+#: Every integer literal beyond 64 bits has 19 digits or more: a text without such a run has none.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+#: The string and number tokens of a JSON text; group 1: an integer literal of 19 digits or more.
+_NUMBER_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?[0-9]{19,})(?![.eE0-9])'
+                            rb"|-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+_EXACT_DEPTH = 500
+
+
+def _depth(document: object) -> int:
+    """How deeply ``document`` nests (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        kind = type(node)
+        if kind is dict or kind is list:
+            deepest = max(deepest, depth)
+            stack += [(child, depth + 1) for child in (node.values() if kind is dict else node)]  # type: ignore[union-attr]
+    return deepest
+
+
+def exact_document(document: object, source: bytes) -> object | None:
+    """``source`` (the JSON text ``document`` was read from) read again with every integer exact,
+    however long its literal; None when it nests deeper than :data:`_EXACT_DEPTH` levels."""
+    if _depth(document) > _EXACT_DEPTH:  # msgspec reads recursively: never near Python's stack limit
+        return None
+    return msgspec.json.decode(source)
+
+
+def _long_integers(document: object, source: bytes, shape: Shape) -> None:
+    """:class:`ValueFault` when an integer literal of ``source`` (a JSON text the parser accepted)
+    that no 64-bit integer holds is where ``shape`` reads a number (outside int64: poison, as
+    for any integer) or keeps a value (``first``, ``last``, the member payload: beyond 64 bits).
+    Such a literal is found by its token (the parser gave a double for it), then located in the
+    document read again with its integers exact (msgspec)."""
+    if not any(t and not INT64_MIN <= int(t) <= UINT64_MAX for t in _NUMBER_TOKENS.findall(source)):
+        return
+    exact = exact_document(document, source)
+    if exact is None:
+        raise ValueFault("(event)", f"an event nested at most {_EXACT_DEPTH} levels where it holds an integer"
+                         " beyond 64 bits", "deeper nesting")
+    check_values(exact, shape)  # a number an output reads: within int64 (_number)
+    kept: list[tuple[str, object]] = [(show(o.path), lookup(exact, o.path)) for o in shape.outputs  # type: ignore[arg-type]
+                                      if o.op in ("first", "last")]
+    if shape.full_payload:
+        kept.append(("", exact))
+    else:
+        kept.append(("", _project(exact, shape.payload_paths or ())))
+    for where, value in kept:
+        beyond = _beyond_64_bits(value, where)
+        if beyond is not None:
+            path, digits = beyond
+            raise ValueFault(path, "an integer within 64 bits (-2**63 .. 2**64-1)", f"an integer of {digits} digits")
+
+
+def _beyond_64_bits(value: object, where: str) -> tuple[str, int] | None:
+    """The path of the first integer in ``value`` outside -2**63 .. 2**64-1 and its digit count."""
+    stack = [(where, value)]
+    while stack:
+        at, node = stack.pop()
+        kind = type(node)
+        if kind is int:
+            if not INT64_MIN <= node <= UINT64_MAX:  # type: ignore[operator]
+                return at or "(event)", len(str(abs(node)))  # type: ignore[arg-type]
+        elif kind is dict:
+            stack += [(f"{at}.{key}" if at else key, item) for key, item in reversed(node.items())]  # type: ignore[union-attr]
+        elif kind is list:
+            stack += [(f"{at}[{index}]", item) for index, item in reversed(list(enumerate(node)))]  # type: ignore[arg-type]
+    return None
 
 
 def payload_of(view: EventView, shape: Shape) -> object:
@@ -218,9 +322,19 @@ def payload_of(view: EventView, shape: Shape) -> object:
 
 
 def _sum(values: Sequence[object]) -> int | float:
-    if any(type(v) is float for v in values):
-        return math.fsum(values)
-    return sum(values)  # type: ignore[arg-type]
+    """Integers: their exact sum. With a double among them: the exact sum of the values as
+    doubles, rounded once; an infinity when that leaves the double range (never an exception:
+    :func:`within_bounds` then tells the claim to split)."""
+    if not any(type(v) is float for v in values):
+        return sum(values)  # type: ignore[arg-type]
+    try:
+        return math.fsum(values)  # type: ignore[arg-type]
+    except OverflowError:  # a partial sum overflowed: the exact sum decides, rounded once
+        exact = sum(Fraction(float(v)) for v in values)  # type: ignore[arg-type]
+        try:
+            return float(exact)
+        except OverflowError:
+            return math.inf if exact > 0 else -math.inf
 
 
 def _distinct_key(value: object) -> tuple:
@@ -270,11 +384,14 @@ def aggregate(shape: Shape, events: Sequence[object]) -> dict[str, object]:
     return {o.name: _evaluate(o, events) for o in shape.outputs}
 
 
-def within_int64(outputs: dict[str, object]) -> bool:
-    """Whether every integer of ``outputs`` fits a signed 64-bit integer (else the claim splits)."""
+def within_bounds(outputs: dict[str, object]) -> bool:
+    """Whether every integer of ``outputs`` fits a signed 64-bit integer and every double is
+    finite (else the claim splits)."""
     def fits(value: object) -> bool:
         if type(value) is int:
             return INT64_MIN <= value <= INT64_MAX
+        if type(value) is float:
+            return math.isfinite(value)
         if type(value) is list:
             return all(fits(v) for v in value)
         if type(value) is dict:

@@ -72,8 +72,8 @@ class BatchStore(Connection):
         chosen row changed state meanwhile, nothing is claimed (B: one id per claim).
 
         With ``max_bytes``, only the rows whose message fits (:func:`~consolidator.batch.fit_count`)
-        are taken, and never more than keep the summed quantities within int64
-        (:func:`~consolidator.batch.int64_prefix`); then the batch is marked ``cut``; pass the same
+        are taken, and never more than keep the sums within bounds
+        (:func:`~consolidator.batch.bounded_prefix`); then the batch is marked ``cut``; pass the same
         ``cursor`` to claim the rest of the claim (``cursor.rows_left`` rows in all, ``limit``
         ignored): it carries the rows read and not taken, so every row of a claim is read once
         (``store/claims.py``). With ``rate`` the group's rate state is checked

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import pymysql
 
-from consolidator.batch import PLAIN, Member, MessageOptions, fit_count, int64_prefix, prefix_fits
+from consolidator.batch import PLAIN, Member, MessageOptions, bounded_prefix, fit_count, prefix_fits
 from consolidator.events import SourcePosition
 from consolidator.policy import FlushReason
 from consolidator.shape import stored_items
@@ -137,7 +137,7 @@ def next_batch(cur, cursor: ClaimCursor, reason: FlushReason, now_ms: int, max_b
             taken = pages.have(cursor.rows_left)
         else:
             taken = fit_count(prefix_fits(cursor.group_key, members, reason, now_ms, max_bytes, options), pages.have)
-        taken = int64_prefix(members[:taken], options.shape) if taken else 0  # its summed quantities fit int64
+        taken = bounded_prefix(members[:taken], options.shape) if taken else 0  # its sums stay within bounds
     if not taken:
         return None
     batch, cursor.carry = cursor.carry[:taken], cursor.carry[taken:]
