@@ -27,12 +27,13 @@ from consolidator.sinks.deadletter_entries import (
     idempotency_key,
     poison_entry,
     rejected_entry,
+    unbuilt_batch_entry,
 )
 
 log = logging.getLogger("consolidator.deadletter")
 
 __all__ = ["MAX_RAW_BYTES", "DeadLetter", "FileDeadLetter", "SqsDeadLetter", "dead_batch_entry", "dead_letter_from_url",
-           "encode_entry", "expired_entry", "idempotency_key", "poison_entry", "rejected_entry"]
+           "encode_entry", "expired_entry", "idempotency_key", "poison_entry", "rejected_entry", "unbuilt_batch_entry"]
 
 
 def encode_all(entries: Sequence[dict], max_bytes: int) -> tuple[dict[int, str], set[int]]:
