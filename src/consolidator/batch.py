@@ -114,11 +114,19 @@ def iso_ms(epoch_ms: int) -> str:
 class MessageOptions:
     """What, besides its members, decides a message's size: the event shape (None: version 1),
     completion tracking (item ids and the ack token) and a rate limit (``held_back_ms``). The
-    byte cap is applied to the message with every optional field these allow, at its widest."""
+    byte cap is applied to the message with every optional field these allow, at its widest,
+    counted as the sink counts a body (``measure``: the policy's ``measure_body``; the encoded
+    bytes as they are, or as the sink writes them)."""
 
     shape: Shape | None = None
     tracked: bool = False
     rate_limited: bool = False
+    measure: Callable[[bytes], int] = len
+
+    @classmethod
+    def of(cls, policy: Policy, tracked: bool = False, rate_limited: bool = False) -> MessageOptions:
+        """The options of ``policy``'s messages: its shape and how its sink counts a body."""
+        return cls(policy.shape, tracked, rate_limited, policy.measure_body)
 
 
 PLAIN = MessageOptions()
@@ -244,17 +252,19 @@ def encode(message: dict) -> bytes:
 def message_bytes(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
                   options: MessageOptions = PLAIN) -> int:
     """Size of the encoded message of these members with every field ``options`` allow, at its
-    widest: the published message is never larger (the ack token has a fixed length, the
-    held-back time is counted with the most digits it can have)."""
-    return len(encode(build_message(
+    widest, as the sink counts it (``options.measure``): the published message is never larger
+    (the ack token has a fixed length, the held-back time is counted with the most digits it
+    can have)."""
+    return options.measure(encode(build_message(
         group_key, members, reason, flushed_at_ms, shape=options.shape,
         ack_key=_SIZING_KEY if options.tracked else None, held_back_ms=INT64_MAX if options.rate_limited else 0)))
 
 
 def message_bytes_bound(group_key: str, members: Sequence[Member], options: MessageOptions = PLAIN) -> int:
     """An upper bound of :func:`message_bytes`, without building the message: every string
-    counted as if each character were a 6-byte JSON escape, every number at its widest. A
-    generic shape has no cheap bound (its members carry events): the bound is then infinite."""
+    counted as if each character were a 6-byte JSON escape (the most any sink writes for one:
+    the SQS sink's escapes are 6 bytes too), every number at its widest. A generic shape has
+    no cheap bound (its members carry events): the bound is then infinite."""
     if options.shape is not None:
         return 1 << 62
     size = 512 + 6 * len(group_key)  # fixed fields, keys, batch id, times, counts
@@ -382,9 +392,10 @@ def fit_claims(
     tracked: bool = False,
 ) -> list[tuple[FlushReason, list[Member]]]:
     """:func:`~consolidator.policy.plan_batches` claims split under ``policy.max_batch_bytes`` and
-    so that their sums stay within bounds (:func:`fitting_prefix`), the size counted with
-    the policy's shape, ``held_back_ms`` when the group has a rate limit, and the tracking fields."""
-    options = MessageOptions(policy.shape, tracked, policy.limit_for(group_key) is not None)
+    so that their sums stay within bounds (:func:`fitting_prefix`), the size counted as
+    ``policy.measure_body`` counts a body, with the policy's shape, ``held_back_ms`` when the
+    group has a rate limit, and the tracking fields."""
+    options = MessageOptions.of(policy, tracked, policy.limit_for(group_key) is not None)
     return [(reason, batch) for reason, members in claims
             for batch in split_to_fit(group_key, members, reason, flushed_at_ms, policy.max_batch_bytes, options)]
 

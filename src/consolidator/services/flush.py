@@ -155,7 +155,7 @@ class FlushService:
         tick.cutoff = expiry_cutoff_ms(tick.now, self.policy)
         step = ClaimStep(self.store, self.policy, self.metrics, self._epochs, self._expiry,
                          lambda batches: self._deliver(batches, report), self.publish_chunk,
-                         MessageOptions(self.policy.shape, self.completion_tracking))
+                         MessageOptions.of(self.policy, self.completion_tracking))
         for stat, reason in due_groups(stats, tick.now, self.policy):
             group = Group(stat.group_key, reason, stat.pending, self._limit(limits, stat.group_key),
                           self.policy.max_batch_size)
