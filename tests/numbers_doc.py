@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from consolidator.events import FieldNames, KafkaRecord
-from consolidator.shape import Shape, parse_outputs
+from consolidator.rules.events import FieldNames, KafkaRecord
+from consolidator.rules.shape import Shape, parse_outputs
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "events.md"
 SPEC = '[{"name": "total", "op": "sum", "path": "v"}]'

@@ -12,11 +12,11 @@ from support import record, sql
 from test_flush import POLICY, RecordingSink, ingest, orders
 
 import consolidator.services.flush as flush_module
-from consolidator.events import FieldNames
-from consolidator.policy import Policy
+from consolidator.rules.events import FieldNames
+from consolidator.rules.policy import Policy
+from consolidator.rules.shape import Shape, parse_outputs
 from consolidator.services.flush import FlushService
 from consolidator.services.ingest import IngestService
-from consolidator.shape import Shape, parse_outputs
 from consolidator.sinks.deadletter import FileDeadLetter
 
 SHAPE = Shape(parse_outputs('[{"name": "total", "op": "sum", "path": "amount"}]'))

@@ -18,10 +18,10 @@ from test_buffer_rules_shape import both_paths
 from test_ingest import msk_event
 from test_ingest_handler import load_handler
 
-from consolidator.clock import ManualClock
 from consolidator.demo.lambda_context import LocalLambdaContext
-from consolidator.events import KafkaRecord
-from consolidator.policy import Policy
+from consolidator.rules.clock import ManualClock
+from consolidator.rules.events import KafkaRecord
+from consolidator.rules.policy import Policy
 from consolidator.services.flush import FlushService
 from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sinks.file import FileSink

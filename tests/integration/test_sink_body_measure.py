@@ -18,11 +18,11 @@ from moto import mock_aws
 from support import REDIS_URL, sql
 from test_sinks_kafka import bootstrap, consume  # noqa: F401
 
-from consolidator.events import FieldNames, KafkaRecord
+from consolidator.rules.events import FieldNames, KafkaRecord
+from consolidator.rules.shape import Shape, parse_outputs
 from consolidator.services.flush_setup import build_flush_service
 from consolidator.services.ingest import IngestService
 from consolidator.settings import FlushSettings, load_settings
-from consolidator.shape import Shape, parse_outputs
 from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sinks.sqs import MAX_BATCH_BYTES
 from consolidator.sinks.sqs_text import escape_json, is_sqs_text

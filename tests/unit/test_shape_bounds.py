@@ -10,10 +10,10 @@ import random
 import pytest
 from random_shapes import random_shape
 
-from consolidator.batch import Member, _newest_per_item, bounded_prefix, fit_count
-from consolidator.events import SourcePosition
-from consolidator.shape import ValueFault, aggregate, retain, within_bounds
-from consolidator.shape_bounds import bounds_safe
+from consolidator.rules.batch import Member, _newest_per_item, bounded_prefix, fit_count
+from consolidator.rules.events import SourcePosition
+from consolidator.rules.shape import ValueFault, aggregate, retain, within_bounds
+from consolidator.rules.shape_bounds import bounds_safe
 
 
 def _event(rng: random.Random) -> dict:

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import pymysql
 
-from consolidator.errors import DuplicateBatchId
-from consolidator.events import SourcePosition
+from consolidator.rules.errors import DuplicateBatchId
+from consolidator.rules.events import SourcePosition
 from consolidator.store.connection import Connection
 
 DUPLICATE_KEY = 1062
