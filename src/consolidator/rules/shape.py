@@ -173,20 +173,34 @@ def _group_sums_within_bounds(output: Output, elements: list, where: str) -> Non
                              " up)", "a sum beyond 1.8e308")
 
 
+_ABSENT = object()
+
+
+def _present(document: object, path: Path) -> object:
+    """The value at ``path`` (an explicit null included), or :data:`_ABSENT` when a step is
+    missing or is not an object."""
+    value = document
+    for segment in path:
+        if type(value) is not dict:
+            return _ABSENT
+        value = value.get(segment, _ABSENT)  # type: ignore[attr-defined]
+        if value is _ABSENT:
+            return _ABSENT
+    return value
+
+
 def _project(document: dict, paths: Iterable[Path]) -> dict:
-    """A new object with the values of ``document`` at ``paths``, nested as there. A path under
-    one already kept adds nothing; one that is absent, or steps through a value that is not an
-    object, is left out (only the outputs' own paths are checked, by :func:`_check`)."""
+    """A new object with the values of ``document`` at ``paths``, nested as there, an explicit
+    null kept as null. A path under one already kept adds nothing; one that is absent, or steps
+    through a value that is not an object (null included), is left out (only the outputs' own
+    paths are checked, by :func:`_check`)."""
     kept: dict = {}
     taken: set[Path] = set()
     for path in sorted(paths, key=len):
         if any(path[:depth] in taken for depth in range(1, len(path))):
             continue
-        try:
-            value = lookup(document, path)
-        except ValueFault:
-            continue
-        if value is None:
+        value = _present(document, path)
+        if value is _ABSENT:
             continue
         node = kept
         for segment in path[:-1]:
