@@ -56,7 +56,7 @@ SENSORS = parse_outputs(orjson.dumps([
 SHAPE = Shape(SENSORS)
 NAMES = FieldNames(group_key="device", item_id="sensor", shape=SHAPE)
 VALIDATORS = {v: jsonschema.Draft202012Validator(load_schema(v), format_checker=jsonschema.FormatChecker())
-              for v in ("1", "1.1", "2")}
+              for v in ("1", "1.1", "1.2", "2")}
 
 
 def record(value: object, offset: int = 0) -> KafkaRecord:

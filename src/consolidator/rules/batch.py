@@ -7,8 +7,10 @@ and, when configured, its newest event.
 
 ``batch_id`` is a function of the group key, the members' source positions and their topics'
 epochs only, so every engine, every retry and every replay of the same claim yields the same id.
-The JSON Schema is ``schemas/batch-v1.schema.json`` (``batch-v1.1.schema.json`` adds the optional
-``held_back_ms`` of a rate-limited group).
+The JSON Schema is ``schemas/batch-v1.schema.json``; minor versions add optional fields and say
+so in ``schema_minor``: ``batch-v1.1.schema.json`` the ``held_back_ms`` of a rate-limited group,
+``batch-v1.2.schema.json`` completion tracking (``completion_tracking``, ``ack_token``, each
+member's item id).
 
 A batch sealed for completion tracking carries an ``ack_token``: an HMAC of its batch id under
 the deployment's ack key (stored in the database, never in a message or a log). Only who
@@ -46,6 +48,8 @@ from consolidator.rules.shape_bounds import bounds_safe
 SCHEMA_VERSION = 1
 SCHEMA_VERSION_SHAPED = 2  # a generic event shape (schemas/batch-v2.schema.json)
 SCHEMA_MINOR_HELD_BACK = 1  # v1.1: optional ``held_back_ms`` (schemas/batch-v1.1.schema.json)
+SCHEMA_MINOR_TRACKED = 2  # v1.2: completion tracking and the ack token (schemas/batch-v1.2.schema.json)
+_MINOR_NAMES = {SCHEMA_MINOR_HELD_BACK: "1.1", SCHEMA_MINOR_TRACKED: "1.2"}
 
 
 class Member(NamedTuple):
@@ -158,10 +162,11 @@ def build_message(
     """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
     position's items count; quantities are summed per sku across items. ``ack_key`` (completion
     tracking on): the batch is sealed for completion tracking; the message says so, carries its
-    ``ack_token`` (:func:`ack_token`), and each ``members`` entry carries its item id (member i =
-    i-th entry, what acks name by index). A group held back by
-    its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1); every other message is
-    exactly v1, so consumers of v1 see no change while no rate limit holds a group back.
+    ``ack_token`` (:func:`ack_token`), each ``members`` entry carries its item id (member i =
+    i-th entry, what acks name by index), and ``schema_minor: 2`` (v1.2). A group held back by
+    its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1, or 2 when tracked); every
+    other message is exactly v1, so consumers of v1 see no change while no rate limit holds a
+    group back and tracking is off.
     ``epochs``: the topics' epochs the batch id is computed with (:func:`batch_id`); ``None``
     for a batch claimed before schema 9, whose id is :func:`batch_id_v1`. ``shape``: a generic
     event shape gives the version 2 message (:func:`_build_shaped`)."""
@@ -193,6 +198,7 @@ def build_message(
         message |= {"schema_minor": SCHEMA_MINOR_HELD_BACK, "held_back_ms": held_back_ms}
     if ack_key is not None:
         item_of = {m.position: m.item_id for m in members}
+        message["schema_minor"] = SCHEMA_MINOR_TRACKED
         message["completion_tracking"] = True
         message["ack_token"] = ack_token(ack_key, message["batch_id"])
         message["members"] = [{**p.as_dict(), "item_id": item_of[p]} for p in positions]
@@ -408,13 +414,15 @@ def fit_claims(
 
 
 def schema_name(message: dict) -> str:
-    """The schema version a message names: ``"2"``, ``"1.1"`` (``schema_minor`` 1) or ``"1"``."""
+    """The schema version a message names: ``"2"``, ``"1.2"`` (``schema_minor`` 2), ``"1.1"``
+    (``schema_minor`` 1) or ``"1"``."""
     if message.get("schema_version") == SCHEMA_VERSION_SHAPED:
         return "2"
-    return "1.1" if message.get("schema_minor") == SCHEMA_MINOR_HELD_BACK else "1"
+    return _MINOR_NAMES.get(message.get("schema_minor"), "1")  # type: ignore[arg-type]
 
 
 def load_schema(version: str = "1") -> dict:
-    """The JSON Schema of the message: ``"1"``, ``"1.1"`` (v1 plus the optional held-back field)
-    or ``"2"`` (a generic event shape)."""
+    """The JSON Schema of the message: ``"1"``, ``"1.1"`` (v1 plus the optional held-back field),
+    ``"1.2"`` (v1.1 plus completion tracking) or ``"2"`` (a generic event shape);
+    :func:`schema_name` names a message's."""
     return json.loads(resources.files("consolidator.schemas").joinpath(f"batch-v{version}.schema.json").read_text())
