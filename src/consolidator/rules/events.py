@@ -23,7 +23,8 @@ import msgspec
 import orjson
 
 from consolidator.rules.errors import ConsolidatorError
-from consolidator.rules.shape import EventView, Shape, ValueFault, exact_document, retain
+from consolidator.rules.literals import exact_document
+from consolidator.rules.shape import EventView, Shape, ValueFault, retain
 
 # Records, positions and events are NamedTuples: immutable, ordered like tuples, and several
 # times cheaper to build than frozen dataclasses on the ingest hot path.
@@ -206,7 +207,7 @@ def _within_int64(items: tuple[tuple[str, int], ...], names: FieldNames) -> tupl
 def _parse(value: bytes) -> object:
     """JSON bytes -> Python value (orjson: strict UTF-8, no NaN, no lone surrogates, depth <= 1024,
     no number beyond the double range; an integer literal beyond 64 bits read as a float, so
-    where it matters its literal decides: :func:`consolidator.rules.shape.exact_document`)."""
+    where it matters its literal decides: :func:`consolidator.rules.literals.exact_document`)."""
     try:
         return orjson.loads(value)
     except orjson.JSONDecodeError as exc:

@@ -36,14 +36,23 @@ Guarantees:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-import msgspec
 import orjson
 
+from consolidator.rules.literals import (  # noqa: F401 (INT64_MIN, INT64_MAX, UINT64_MAX: re-exported)
+    EXACT_DEPTH,
+    INT64_MAX,
+    INT64_MIN,
+    UINT64_MAX,
+    beyond_64_bits,
+    exact_document,
+    has_long_integer_literal,
+    holds_a_double_past_int64,
+    may_hold_long_integers,
+)
 from consolidator.rules.shape_spec import (  # noqa: F401 (re-exported: the shape's one public module)
     OPERATIONS,
     Output,
@@ -57,8 +66,6 @@ from consolidator.rules.shape_spec import (  # noqa: F401 (re-exported: the shap
     show,
 )
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-UINT64_MAX = 2**64 - 1  # what the message's encoder writes exactly, beside int64
 _NUMERIC = frozenset({"sum", "min", "max"})
 
 
@@ -242,45 +249,15 @@ def retain_with_values(document: dict, shape: Shape, source: bytes | None = None
     With ``source``, its integer literals beyond 64 bits (which the JSON parser read as doubles)
     are found and classified as integers (:func:`_long_integers`)."""
     values = check_values(document, shape)
-    if source is not None and _LONG_DIGITS.search(source):
-        _long_integers(document, source, shape)
     kept = document if shape.full_payload else _project(document, shape.reads())
     if source is None or source.count(b"[") + source.count(b"{") > _SURELY_SHALLOW:
         try:  # as deep as the message holds it (message, members, member, event): the encoder's limit
             orjson.dumps([[[[kept]]]])
         except TypeError:
             raise ValueFault("(event)", "nesting the encoder can write (about 250 levels)", "deeper nesting") from None
+    if source is not None and may_hold_long_integers(source) and holds_a_double_past_int64(kept):
+        _long_integers(document, source, shape)  # what the shape reads may be a long integer literal
     return EventView(kept), values
-
-
-#: Every integer literal beyond 64 bits has 19 digits or more: a text without such a run has none.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-#: The string and number tokens of a JSON text; group 1: an integer literal of 19 digits or more.
-_NUMBER_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?[0-9]{19,})(?![.eE0-9])'
-                            rb"|-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-
-
-_EXACT_DEPTH = 500
-
-
-def _depth(document: object) -> int:
-    """How deeply ``document`` nests (a scalar: 0), without recursion."""
-    deepest, stack = 0, [(document, 1)]
-    while stack:
-        node, depth = stack.pop()
-        kind = type(node)
-        if kind is dict or kind is list:
-            deepest = max(deepest, depth)
-            stack += [(child, depth + 1) for child in (node.values() if kind is dict else node)]  # type: ignore[union-attr]
-    return deepest
-
-
-def exact_document(document: object, source: bytes) -> object | None:
-    """``source`` (the JSON text ``document`` was read from) read again with every integer exact,
-    however long its literal; None when it nests deeper than :data:`_EXACT_DEPTH` levels."""
-    if _depth(document) > _EXACT_DEPTH:  # msgspec reads recursively: never near Python's stack limit
-        return None
-    return msgspec.json.decode(source)
 
 
 def _long_integers(document: object, source: bytes, shape: Shape) -> None:
@@ -288,12 +265,12 @@ def _long_integers(document: object, source: bytes, shape: Shape) -> None:
     that no 64-bit integer holds is where ``shape`` reads a number (outside int64: poison, as
     for any integer) or keeps a value (``first``, ``last``, the member payload: beyond 64 bits).
     Such a literal is found by its token (the parser gave a double for it), then located in the
-    document read again with its integers exact (msgspec)."""
-    if not any(t and not INT64_MIN <= int(t) <= UINT64_MAX for t in _NUMBER_TOKENS.findall(source)):
+    document read again with its integers exact (:mod:`consolidator.rules.literals`)."""
+    if not has_long_integer_literal(source):
         return
     exact = exact_document(document, source)
     if exact is None:
-        raise ValueFault("(event)", f"an event nested at most {_EXACT_DEPTH} levels where it holds an integer"
+        raise ValueFault("(event)", f"an event nested at most {EXACT_DEPTH} levels where it holds an integer"
                          " beyond 64 bits", "deeper nesting")
     check_values(exact, shape)  # a number an output reads: within int64 (_number)
     kept: list[tuple[str, object]] = [(show(o.path), lookup(exact, o.path)) for o in shape.outputs  # type: ignore[arg-type]
@@ -303,26 +280,10 @@ def _long_integers(document: object, source: bytes, shape: Shape) -> None:
     else:
         kept.append(("", _project(exact, shape.payload_paths or ())))
     for where, value in kept:
-        beyond = _beyond_64_bits(value, where)
+        beyond = beyond_64_bits(value, where)
         if beyond is not None:
             path, digits = beyond
             raise ValueFault(path, "an integer within 64 bits (-2**63 .. 2**64-1)", f"an integer of {digits} digits")
-
-
-def _beyond_64_bits(value: object, where: str) -> tuple[str, int] | None:
-    """The path of the first integer in ``value`` outside -2**63 .. 2**64-1 and its digit count."""
-    stack = [(where, value)]
-    while stack:
-        at, node = stack.pop()
-        kind = type(node)
-        if kind is int:
-            if not INT64_MIN <= node <= UINT64_MAX:  # type: ignore[operator]
-                return at or "(event)", len(str(abs(node)))  # type: ignore[arg-type]
-        elif kind is dict:
-            stack += [(f"{at}.{key}" if at else key, item) for key, item in reversed(node.items())]  # type: ignore[union-attr]
-        elif kind is list:
-            stack += [(f"{at}[{index}]", item) for index, item in reversed(list(enumerate(node)))]  # type: ignore[arg-type]
-    return None
 
 
 def payload_of(view: EventView, shape: Shape) -> object:
