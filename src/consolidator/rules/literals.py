@@ -20,8 +20,10 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 UINT64_MAX = 2**64 - 1  # what the message's encoder writes exactly, beside int64
 EXACT_DEPTH = 500  # msgspec reads recursively: a document read exactly stays far from Python's stack limit
 
-#: Every integer literal beyond 64 bits has 19 digits or more: a text without such a run has none.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+#: Every integer literal beyond 64 bits has 19 digits or more: a text without such a run has
+#: none. The run is found on the text with each digit made "1" and every other byte "0" (C speed).
+_DIGITS_AS_ONES = bytes(0x31 if 0x30 <= byte <= 0x39 else 0x30 for byte in range(256))
+_LONG_RUN = b"1" * 19
 #: The string and number tokens of a JSON text; group 1: an integer literal of 19 digits or more.
 _NUMBER_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?[0-9]{19,})(?![.eE0-9])'
                             rb"|-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
@@ -29,7 +31,7 @@ _NUMBER_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?[0-9]{19,})(?![.eE0-9
 
 def may_hold_long_integers(source: bytes) -> bool:
     """False when the JSON text ``source`` surely holds no integer literal beyond 64 bits."""
-    return _LONG_DIGITS.search(source) is not None
+    return _LONG_RUN in source.translate(_DIGITS_AS_ONES)
 
 
 def has_long_integer_literal(source: bytes) -> bool:

@@ -255,8 +255,9 @@ def retain_with_values(document: dict, shape: Shape, source: bytes | None = None
             orjson.dumps([[[[kept]]]])
         except TypeError:
             raise ValueFault("(event)", "nesting the encoder can write (about 250 levels)", "deeper nesting") from None
-    if source is not None and may_hold_long_integers(source) and holds_a_double_past_int64(kept):
-        _long_integers(document, source, shape)  # what the shape reads may be a long integer literal
+    if source is not None and (may_hold_long_integers(source) if shape.full_payload else True) \
+            and holds_a_double_past_int64(kept):  # what the shape keeps may be a long integer literal
+        _long_integers(document, source, shape)
     return EventView(kept), values
 
 
