@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
 from support import REDIS_URL, sql
+from test_buffer_rules import shared  # noqa: F401
 from test_sinks_kafka import bootstrap, consume  # noqa: F401
 
 from consolidator.rules.events import FieldNames, KafkaRecord
@@ -150,3 +151,41 @@ def test_a_lone_surrogate_never_reaches_a_sink(store, clock, tmp_path):
     service = IngestService(store, FileDeadLetter(tmp_path / "dead.jsonl"), NAMES, 1 << 20, clock)
     outcome = service.ingest([KafkaRecord("events", 0, i, clock.now_ms(), b"T", v) for i, v in enumerate(values)])
     assert (outcome.stored, [reason for _, reason, _ in outcome.poison]) == (0, ["not_json", "not_utf8"])
+
+
+def test_the_spark_jobs_take_the_sinks_measure_with_its_cap():
+    """The streaming job's policy gets the same cap and measure as the flush function's."""
+    from consolidator.cli.spark.options import _batch_cap
+    from consolidator.sinks.sqs_text import escaped_bytes
+
+    assert _batch_cap("sqs://sqs.us-east-1.amazonaws.com/123456789012/batches", None) == (
+        MAX_BATCH_BYTES - 2048, escaped_bytes)
+    assert _batch_cap(f"file:///tmp/{uuid.uuid4().hex}.jsonl", 5000) == (5000, len)
+
+
+def test_the_streaming_step_splits_by_the_sqs_measure_as_the_flush_does(shared):  # noqa: F811
+    """Events of U+FFFF under a 3,000-byte cap counted as SQS sends them: the Lambda path and the
+    streaming step make the same batches, each within the cap as escaped (or one member alone)."""
+    import dataclasses
+    import random
+
+    from test_buffer_rules import MONTH_END
+    from test_buffer_rules_shape import both_paths
+
+    from consolidator.rules.policy import Policy
+    from consolidator.sinks.sqs_text import escaped_bytes
+    from consolidator.spark.step import job_step
+
+    policy = Policy(debounce_ms=2_000, hard_window_ms=20_000, max_batch_size=20, tick_interval_ms=5_000,
+                    max_batch_bytes=3_000, measure_body=escaped_bytes, shape=SHAPE)
+    history = [KafkaRecord("events", 0, i, MONTH_END, b"T", json.dumps(
+        {"tenant": "T", "user": f"u{i}", "blob": WIDEST + "\uffff" * (100 + 37 * i)}, ensure_ascii=False).encode())
+        for i in range(12)]
+    outcome = both_paths(shared, NAMES, history, policy, job_step(policy, NAMES, 1), 1, random.Random(0))
+    outcome.check()
+    bodies = [body for *_, body in outcome.lambda_batches]
+    assert len(bodies) > 2 and sum(len(json.loads(b)["members"]) for b in bodies) == 12
+    assert all(escaped_bytes(b) <= 3_000 or len(json.loads(b)["members"]) == 1 for b in bodies)
+    utf8 = dataclasses.replace(policy, measure_body=len)
+    as_utf8 = both_paths(shared, NAMES, history, utf8, job_step(utf8, NAMES, 1), 1, random.Random(0))
+    assert len(as_utf8.lambda_batches) < len(bodies)  # the measure, not the bytes as encoded, split them
