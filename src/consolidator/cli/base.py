@@ -19,25 +19,19 @@ from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from typer._click import exceptions as click_exceptions
 from typer.core import TyperCommand, TyperGroup
 
 from consolidator.errors import ConfigurationError, ConsolidatorError
 from consolidator.options import MARKUP_MODE, as_setting, bounded  # noqa: F401 (the commands' option parsers)
+from consolidator.render import console, echo, styled
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-
-def _console(stream, *, stderr: bool = False) -> Console:
-    """A terminal gets rich's own width; a pipe or file gets lines that are never wrapped at
-    80 columns (ids and errors stay on one line for grep and scripts)."""
-    return Console(stderr=stderr, width=None if stream.isatty() else 10_000)
-
-
-out = _console(sys.stdout)
-err = _console(sys.stderr, stderr=True)
+# Every command prints through these (or render.echo): data is printed as text, never as markup,
+# and no control character reaches the terminal (consolidator.render).
+out = console(sys.stdout)
+err = console(sys.stderr, stderr=True)
 
 # What to do about the database errors an operator meets first (MySQL error codes).
 DATABASE_HINTS = {
@@ -70,8 +64,8 @@ def database_hint(exc: BaseException) -> str | None:
 
 
 def say_error(prefix: str, message: object) -> None:
-    """One line on stderr: a red prefix and the message, never read as markup."""
-    err.print(f"[red]{escape(prefix)}:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+    """One line on stderr: a red prefix and the message, printed as text (consolidator.render)."""
+    err.print(styled(f"{prefix}:", "red"), str(message), soft_wrap=True)
 
 
 class _LazySubApp(TyperGroup):
@@ -124,7 +118,7 @@ class _Root(TyperGroup):
                       f"{exc.format_message()}{where}")
             sys.exit(exc.exit_code)
         except typer.Abort:
-            typer.echo("Aborted!", err=True)
+            echo("Aborted!", err=True)
             sys.exit(EXIT_FAILED)
         sys.exit(code if isinstance(code, int) else EXIT_OK)
 
@@ -198,9 +192,9 @@ def _version(value: bool) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            typer.echo(f"consolidator {version('consolidator')}")
+            echo(f"consolidator {version('consolidator')}")
         except PackageNotFoundError:
-            typer.echo("consolidator (not installed as a package: version unknown)")
+            echo("consolidator (not installed as a package: version unknown)")
         raise typer.Exit(EXIT_OK)
 
 
@@ -271,7 +265,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def emit_json(document: Any) -> None:
-    typer.echo(json.dumps(_jsonable(document), sort_keys=True))
+    """One JSON document on one line of stdout (ASCII: every other character as a JSON escape)."""
+    echo(json.dumps(_jsonable(document), sort_keys=True))
 
 
 def load_settings(model_name: str):

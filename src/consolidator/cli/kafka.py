@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from consolidator.cli.base import EXIT_FAILED, JsonOption, bounded, emit_json, err, out, say_error
+from consolidator.render import echo
 
 kafka_app = typer.Typer(help="A local Kafka (librdkafka's mock cluster) and a producer of event files.",
                         no_args_is_help=True)
@@ -47,7 +48,7 @@ def serve(
             say_error("the mock cluster did not start", exc)
             raise typer.Exit(EXIT_FAILED) from None
         bootstrap = ",".join(f"{b.host}:{b.port}" for b in sorted(metadata.brokers.values(), key=lambda b: b.id))
-        typer.echo(bootstrap)  # stdout, flushed: the one line a script reads
+        echo(bootstrap)  # stdout, flushed: the one line a script reads
         err.print(f"local Kafka (librdkafka mock cluster, {brokers} brokers) at {bootstrap}; "
                   "Ctrl-C or SIGTERM to stop", highlight=False, soft_wrap=True)
         while not stop.is_set():

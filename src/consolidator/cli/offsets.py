@@ -19,6 +19,7 @@ from consolidator.cli.base import (
     say_error,
     store_for,
 )
+from consolidator.render import confirm
 
 offsets_app = typer.Typer(help="Replay protection: one high-water offset per (topic, partition).",
                           no_args_is_help=True)
@@ -70,8 +71,8 @@ def offsets_reset(
         raise typer.Exit(EXIT_FAILED)
     if not yes:
         highest = max(o.high_water for o in marks)
-        typer.confirm(f"Forget {len(marks)} high-water mark(s) of topic {topic!r} (highest offset {highest})?"
-                      " Records of it will be applied again when delivered", abort=True, err=True)
+        confirm(f"Forget {len(marks)} high-water mark(s) of topic {topic!r} (highest offset {highest})?"
+                " Records of it will be applied again when delivered")
     deleted, positions = store.reset_offsets(topic, partition)
     epoch = store.topic_epochs().get(topic, 0)
     if as_json:

@@ -23,6 +23,7 @@ import importlib.util
 import json
 import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -53,6 +54,8 @@ from consolidator.demo.parts import (
 from consolidator.demo.synthetic import bursts
 from consolidator.errors import ConsolidatorError
 from consolidator.redact import masked
+from consolidator.render import console as data_console
+from consolidator.render import styled
 from consolidator.store.databases import recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
@@ -119,7 +122,7 @@ def check_redis(url: str) -> None:
 
 def run_demo(config: DemoConfig | None = None, console: Console | None = None) -> DemoResult:
     config = config or DemoConfig()
-    console = console or Console()
+    console = console or data_console(sys.stdout)
     started = time.monotonic()
     root = repo_root(config)
     database_url = demo_database_url(config)
@@ -132,8 +135,8 @@ def run_demo(config: DemoConfig | None = None, console: Console | None = None) -
     if config.dead_letter_outage:
         dead_letter_dir.write_text("outage: a file where the dead-letter directory should be\n")
 
-    console.print(f"[bold]Consolidator demo[/]: {config.orders} orders, {config.warehouses} warehouses, "
-                  f"{config.poison} poison messages, {config.bursts} bursts")
+    console.print(styled("Consolidator demo", "bold"), f": {config.orders} orders, {config.warehouses} warehouses, "
+                  f"{config.poison} poison messages, {config.bursts} bursts", sep="")
     check_redis(config.redis_url)
     monitor = MySQLStore.from_url(database_url)
     monitor.migrate(int(time.time() * 1000))
@@ -182,8 +185,8 @@ def run_demo(config: DemoConfig | None = None, console: Console | None = None) -
                 dead_letter_dir.mkdir()
 
         try:
-            with Progress(TextColumn("{task.description:<24}"), BarColumn(bar_width=16), MofNCompleteColumn(),
-                          TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console,
+            with Progress(TextColumn("{task.description:<24}", markup=False), BarColumn(bar_width=16), MofNCompleteColumn(),
+                          TextColumn("{task.fields[note]}", markup=False), TimeElapsedColumn(), console=console,
                           transient=False) as progress:
                 t_produce = progress.add_task("produced to 'orders'", total=total, note="")
                 t_ingest = progress.add_task("ingest handler", total=total, note="")
@@ -330,14 +333,14 @@ def print_summary(console: Console, s: dict) -> None:
         console.print(f"one of the {s['batches_out']} batches (every batch is in {s['batches_file']}, whole; the"
                       f" dead letter in {s['dead_letter_file']}):", highlight=False)
         for line in batch_preview(sample):
-            console.print(line, highlight=False, markup=False, soft_wrap=True)
+            console.print(line, soft_wrap=True)
     if s["passed"]:
-        console.print("[bold green]invariant check passed[/]: every valid event is in exactly one batch id "
+        console.print(styled("invariant check passed", "bold green"), ": every valid event is in exactly one batch id "
                       "(or coalesced into a newer one that is), every poison message is in the dead letter, "
                       f"no event under two batch ids, every batch out within {s['latency_bound_s']}s of its "
-                      "first ingest")
+                      "first ingest", sep="")
     else:
-        console.print("[bold red]invariant check FAILED[/]")
+        console.print(styled("invariant check FAILED", "bold red"))
         for problem in s["problems"]:
-            console.print(f"  - {problem}", highlight=False, markup=False)
+            console.print(f"  - {problem}")
         console.print(f"work files kept in {s['workdir']}", highlight=False)

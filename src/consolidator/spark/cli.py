@@ -27,6 +27,7 @@ import typer
 
 from consolidator.options import MARKUP_MODE, as_setting, bounded
 from consolidator.redact import masked
+from consolidator.render import echo
 from consolidator.spark.cli_options import (
     _SETTING,
     AggregateOpt,
@@ -164,14 +165,14 @@ def _stream(stopper, config, s, checkpoint: str, input_path: str | None, master:
     writer = BatchWriter(s.sink_url, s.dead_letter_url, tracking_database_url=s.completion_database_url,
                          tracking_database_secret_arn=s.completion_database_secret_arn)
     query = start(spark, config, writer=writer)
-    typer.echo(f"streaming {input_path or s.source_topic} -> {masked(s.sink_url)} (checkpoint {checkpoint});"
+    echo(f"streaming {input_path or s.source_topic} -> {masked(s.sink_url)} (checkpoint {checkpoint});"
                " Ctrl-C or SIGTERM stops it after the current micro-batch", err=True)
     try:
         caught = stopper.run(query)
     finally:
         writer.close()
     if caught:
-        typer.echo(stop_line(query, caught), err=True)
+        echo(stop_line(query, caught), err=True)
         spark.stop()
 
 
@@ -214,7 +215,7 @@ def replay_grid(params: dict) -> tuple[list, object]:
         _usage_error(f"the policy grid is empty: every combination has a hard window shorter "
                      f"than its debounce ({WINDOWS_RULE})")
     if left_out:
-        typer.echo(f"left out {left_out} combination(s) whose hard window is shorter than the debounce", err=True)
+        echo(f"left out {left_out} combination(s) whose hard window is shorter than the debounce", err=True)
     return list(policies.values()), first
 
 
@@ -300,13 +301,13 @@ def replay(
     max_p95_ms = None if max_p95_seconds is None else max_p95_seconds * 1000
     paths = write_report(figures, out / "report", summary, max_p95_ms)
     for f in figures:
-        typer.echo(f"{f.policy}: {f.messages_in} in, {f.batches_out} batches, compaction {f.compaction_ratio}, "
+        echo(f"{f.policy}: {f.messages_in} in, {f.batches_out} batches, compaction {f.compaction_ratio}, "
                    f"p95 latency {f.latency_p95_ms / 1000:.1f} s, dead-lettered {f.dead_lettered}, "
                    f"expired {f.expired}, held back p95 {f.held_back_p95_ms / 1000:.1f} s")
     advice = recommendation_text(figures, max_p95_ms)
     if advice:
-        typer.echo(advice)
-    typer.echo(f"report: {paths['markdown']} ({paths['html'].name}, {paths['chart'].name})")
+        echo(advice)
+    echo(f"report: {paths['markdown']} ({paths['html'].name}, {paths['chart'].name})")
 
 
 @spark_app.command("emr-submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -347,14 +348,15 @@ def emr_submit(
     )
     if not submit:
         printed = _masked_request(request)
-        typer.echo(json.dumps(printed, indent=2))
-        typer.echo("# or: aws emr-serverless start-job-run --cli-input-json " + shlex.quote(json.dumps(printed)),
+        for line in json.dumps(printed, indent=2).splitlines():
+            echo(line)
+        echo("# or: aws emr-serverless start-job-run --cli-input-json " + shlex.quote(json.dumps(printed)),
                    err=True)
         return
     import boto3
 
     response = boto3.client("emr-serverless", region_name=region).start_job_run(**request)
-    typer.echo(json.dumps({"jobRunId": response["jobRunId"], "applicationId": response["applicationId"],
+    echo(json.dumps({"jobRunId": response["jobRunId"], "applicationId": response["applicationId"],
                            "arn": response.get("arn")}))
 
 
@@ -365,7 +367,7 @@ def _no_password_in(args: list[str]) -> None:
     for arg in args:
         value = arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg
         if "://" in value and urlsplit(value).password:
-            typer.echo(f"refused: a job argument carries a password ({masked(value)}); job arguments are readable "
+            echo(f"refused: a job argument carries a password ({masked(value)}); job arguments are readable "
                        "by anyone who may read the job run: pass the database's Secrets Manager secret with "
                        "--completion-database-secret-arn and a URL without credentials", err=True)
             raise typer.Exit(2)

@@ -10,6 +10,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from consolidator.options import as_setting, bounded
+from consolidator.render import echo
 
 _SETTING = "Default: $CONSOLIDATOR_{}, else the settings' default."
 DebounceOpt = Annotated[float | None, typer.Option("--debounce-seconds", parser=as_setting("debounce_seconds"), help=_SETTING.format("DEBOUNCE_SECONDS"))]
@@ -64,7 +65,7 @@ def _settings(model, params: dict, rename: dict[str, str] | None = None):
 
 def _usage_error(error: Exception) -> NoReturn:
     """One line on stderr and exit 2, as the rest of the CLI does for a configuration error."""
-    typer.echo(f"configuration error: {error}", err=True)
+    echo(f"configuration error: {error}", err=True)
     raise typer.Exit(2)
 
 
