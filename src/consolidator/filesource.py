@@ -42,6 +42,7 @@ from consolidator.msk import (
     ParsedEvent,
     parse_event,
 )
+from consolidator.printable import echoed
 
 ENVELOPE_FIELDS = ("topic", "partition", "offset")
 
@@ -116,9 +117,9 @@ def timestamp_of(document: object, field: str) -> int:
         try:
             moment = datetime.fromisoformat(raw)
         except ValueError:
-            raise ValueError(f"{field!r} is {raw!r:.60}, not epoch milliseconds or ISO-8601") from None
+            raise ValueError(f"{field!r} is {echoed(raw)}, not epoch milliseconds or ISO-8601") from None
         if moment.tzinfo is None:
-            raise ValueError(f"{field!r} is {raw!r:.60}: an ISO-8601 time needs a zone (Z or +hh:mm)")
+            raise ValueError(f"{field!r} is {echoed(raw)}: an ISO-8601 time needs a zone (Z or +hh:mm)")
         stamp = round(moment.timestamp() * 1000)
     else:
         raise ValueError(f"{field!r} is missing or not epoch milliseconds / ISO-8601 (got {type(raw).__name__})")
@@ -178,7 +179,7 @@ def envelope_record(document: object) -> KafkaRecord:
     parts: dict[str, object] = {}
     topic = document.get("topic")
     if type(topic) is not str or not TOPIC.fullmatch(topic):
-        problems.append(f"topic must be a Kafka topic name, got {topic!r:.60}")
+        problems.append(f"topic must be a Kafka topic name, got {echoed(topic)}")
     for name, read in (("partition", lambda: _int(document, "partition", MAX_PARTITION)),
                        ("offset", lambda: _int(document, "offset", MAX_OFFSET)),
                        ("timestamp", lambda: _int(document, "timestamp", MAX_TIMESTAMP_MS)),

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from consolidator.events import KafkaRecord, PoisonReason, SourcePosition
+from consolidator.printable import echoed
 
 KAFKA_EVENT_SOURCES = ("aws:kafka", "SelfManagedKafka")
 TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")  # Kafka's legal topic names
@@ -87,7 +88,7 @@ def _headers(value: object) -> tuple[tuple[str, bytes], ...]:
             raise _Bad(f"headers[{index}] must be an object, got {type(header).__name__}")
         for name, raw in header.items():
             if type(raw) is not list or any(type(b) is not int or not -128 <= b <= 255 for b in raw):
-                raise _Bad(f"headers[{index}][{name!r}] must be a list of bytes")
+                raise _Bad(f"headers[{index}][{echoed(name)}] must be a list of bytes")
             headers.append((name, bytes(b & 0xFF for b in raw)))
     return tuple(headers)
 
@@ -95,7 +96,7 @@ def _headers(value: object) -> tuple[tuple[str, bytes], ...]:
 def _position(r: dict) -> SourcePosition:
     topic = r.get("topic")
     if type(topic) is not str or not TOPIC.fullmatch(topic):
-        raise _Bad(f"topic must be a Kafka topic name, got {topic!r:.80}")
+        raise _Bad(f"topic must be a Kafka topic name, got {echoed(topic)}")
     return SourcePosition(topic, _int(r.get("partition"), "partition", 0, MAX_PARTITION),
                           _int(r.get("offset"), "offset", 0, MAX_OFFSET))
 
@@ -178,7 +179,7 @@ def parse_event(event: object, *, exact: bool = False) -> ParsedEvent:
     if type(event) is not dict or event.get("eventSource") not in KAFKA_EVENT_SOURCES:
         source = event.get("eventSource") if type(event) is dict else None
         parsed.rejected.append(Rejected(PoisonReason.BAD_EVENT, f"not a Kafka event (eventSource "
-                                        f"{source!r:.80})", event))
+                                        f"{echoed(source)})", event))
         return parsed
     records = event.get("records")
     if records is None:
@@ -190,7 +191,7 @@ def parse_event(event: object, *, exact: bool = False) -> ParsedEvent:
     topics: set[str] = set()
     for partition_key, batch in records.items():
         if type(batch) is not list:
-            parsed.rejected.append(Rejected(PoisonReason.BAD_EVENT, f"records[{partition_key!r:.80}] must be "
+            parsed.rejected.append(Rejected(PoisonReason.BAD_EVENT, f"records[{echoed(partition_key)}] must be "
                                             f"a list, got {type(batch).__name__}", batch,
                                             partition_key=str(partition_key)))
             continue

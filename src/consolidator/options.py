@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import typer
 
+from consolidator.printable import echoed, printable
+
 # Usage errors and help in boxes only on a terminal: piped, they are plain unwrapped lines. Every
 # Typer app of the CLI (the lazily loaded Spark group too) uses this mode.
 MARKUP_MODE = "rich" if sys.stderr.isatty() else None
@@ -35,9 +37,9 @@ def bounded(low: float, high: float, unit: str = "", *, integer: bool = False) -
         try:
             number = int(text) if integer else float(text)
         except ValueError:
-            raise typer.BadParameter(f"{text!r:.40} is not {kind}: {allowed}") from None
+            raise typer.BadParameter(f"{echoed(text, 40)} is not {kind}: {allowed}") from None
         if not (math.isfinite(number) and low <= number <= high):
-            raise typer.BadParameter(f"{text:.40} is out of range: {allowed}")
+            raise typer.BadParameter(f"{printable(text[:40])} is out of range: {allowed}")
         return number
 
     return parse

@@ -12,6 +12,8 @@ from pathlib import Path as FilePath
 
 import orjson
 
+from consolidator.printable import echoed
+
 #: count: members (whose value at ``path`` is present, when a path is given);
 #: sum/min/max: numbers; first/last: any value, by source position; distinct: the sorted set of
 #: strings and numbers; group_sum: a list of objects grouped by ``by``, the ``sum`` fields summed.
@@ -30,11 +32,11 @@ Path = tuple[str, ...]
 def parse_path(text: object) -> Path:
     """``a.b.c`` (or ``$.a.b.c``) as its segments; ValueError when it is not such a path."""
     if type(text) is not str:
-        raise ValueError(f"a path is a string like 'a.b', not {text!r}")
+        raise ValueError(f"a path is a string like 'a.b', not {echoed(text)}")
     body = text.removeprefix("$.")
     segments = tuple(body.split("."))
     if not body or any(not s for s in segments):
-        raise ValueError(f"path {text!r} has an empty segment")
+        raise ValueError(f"path {echoed(text)} has an empty segment")
     return segments
 
 
@@ -94,7 +96,7 @@ def _entry(index: int, entry: object, names: set[str]) -> tuple[Output | None, l
     if unknown := sorted(set(entry) - _ENTRY_KEYS):
         faults.append(f"unknown keys {unknown}")
     if op not in OPERATIONS:
-        faults.append(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
+        faults.append(f"op must be one of {', '.join(OPERATIONS)}, got {echoed(op)}")
     path = by = None
     sums: tuple[Path, ...] = ()
     if "path" in entry or op != "count":

@@ -97,3 +97,14 @@ def test_echoed_values_are_quoted_printable_and_bounded():
     assert shown == "'" + "f" * 79 + "... (250,000 characters)"
     assert len(echoed(list(range(100_000)))) < 120
     assert echoed(b"\x00" * 1000, limit=10).endswith("... (1,000 bytes)")
+
+
+def cut_reprs(path: Path) -> list[str]:
+    """``file:line`` of every f-string field that cuts a repr by precision (``{x!r:.80}``): a
+    bound of its own, instead of the one rule (:func:`consolidator.printable.echoed`)."""
+    return [f"{path.relative_to(SRC)}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.FormattedValue) and node.conversion == ord("r") and node.format_spec is not None]
+
+
+def test_echoed_values_are_bounded_by_the_one_helper():
+    assert [line for p in sorted(SRC.rglob("*.py")) for line in cut_reprs(p)] == []

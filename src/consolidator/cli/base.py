@@ -24,6 +24,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from consolidator.errors import ConfigurationError, ConsolidatorError
 from consolidator.options import MARKUP_MODE, as_setting, bounded  # noqa: F401 (the commands' option parsers)
+from consolidator.printable import echoed
 from consolidator.render import console, echo, styled
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -228,7 +229,7 @@ def check_batch_ids(batch_ids: list[str], as_json: bool) -> None:
     batch id: 32 lowercase hex characters."""
     malformed = [b for b in batch_ids if not BATCH_ID.fullmatch(b)]
     if malformed:
-        raise fail(f"not a batch id: {malformed[0]!r:.80} (a batch id is 32 lowercase hex characters)", as_json,
+        raise fail(f"not a batch id: {echoed(malformed[0])} (a batch id is 32 lowercase hex characters)", as_json,
                    malformed=malformed)
 
 

@@ -20,6 +20,7 @@ from pydantic import (
 )
 from pydantic_core import MultiHostUrl
 
+from consolidator.printable import echoed
 from consolidator.redact import masked
 
 SINK_SCHEMES = ("kafka", "sqs", "events", "file")
@@ -88,7 +89,7 @@ def check_redis_url(url: str) -> str:
     _parse("redis", url)
     db = urlsplit(url).path.strip("/")
     if db and not (db.isdigit() and int(db) < 2**31):
-        raise ValueError(f"the path must be a database number, got {db!r:.40}")
+        raise ValueError(f"the path must be a database number, got {echoed(db, 40)}")
     from redis.connection import ConnectionPool, parse_url
 
     try:
@@ -117,7 +118,7 @@ def _options(url: str, scheme: str, allowed: tuple[str, ...]) -> dict[str, str]:
     for name, _ in pairs:
         if name not in allowed:
             known = f"it takes {', '.join(allowed)}" if allowed else "it takes none"
-            raise ValueError(f"unknown {scheme}:// URL option {name!r:.40} ({known})")
+            raise ValueError(f"unknown {scheme}:// URL option {echoed(name, 40)} ({known})")
     names = [name for name, _ in pairs]
     if len(set(names)) != len(names):
         raise ValueError(f"{scheme}:// URL option given twice: {sorted({n for n in names if names.count(n) > 1})}")
@@ -127,15 +128,15 @@ def _options(url: str, scheme: str, allowed: tuple[str, ...]) -> dict[str, str]:
 def _kafka_options(url: str) -> None:
     options = _options(url, "kafka", SINK_OPTIONS["kafka"])
     if options.get("auth") not in (None, "iam"):
-        raise ValueError(f"kafka:// auth must be 'iam' when given, got {options['auth']!r:.40}")
+        raise ValueError(f"kafka:// auth must be 'iam' when given, got {echoed(options['auth'], 40)}")
     if "region" in options:
         if options.get("auth") != "iam":
             raise ValueError("kafka:// region is used only with auth=iam (the IAM signing region)")
         if not _REGION.fullmatch(options["region"]):
-            raise ValueError(f"kafka:// region must be an AWS region such as eu-west-1, got {options['region']!r:.40}")
+            raise ValueError(f"kafka:// region must be an AWS region such as eu-west-1, got {echoed(options['region'], 40)}")
     limit = options.get("max_message_bytes")
     if limit is not None and not (limit.isdigit() and 1 <= int(limit) <= MAX_SINK_MESSAGE_BYTES):
-        raise ValueError(f"kafka:// max_message_bytes={limit!r:.40} is out of range: allowed a whole number"
+        raise ValueError(f"kafka:// max_message_bytes={echoed(limit, 40)} is out of range: allowed a whole number"
                          f" of bytes from 1 to {MAX_SINK_MESSAGE_BYTES:,}")
 
 
@@ -193,6 +194,5 @@ SecretArn = Annotated[str, AfterValidator(_check_arn)]
 
 def mask(value: object) -> str:
     """``value`` for an error message: URL credentials and secret query parameters masked
-    (:func:`consolidator.redact.masked`), at most 120 characters."""
-    text = masked(value if isinstance(value, str) else repr(value))
-    return repr(text if len(text) <= 120 else text[:117] + "...")
+    (:func:`consolidator.redact.masked`), quoted and bounded (:func:`consolidator.printable.echoed`)."""
+    return echoed(masked(value if isinstance(value, str) else repr(value)), 120)

@@ -31,6 +31,7 @@ from consolidator.errors import (
     StoreRefused,
     StoreUnavailable,
 )
+from consolidator.printable import echoed
 from consolidator.redact import masked
 
 log = logging.getLogger(__name__)
@@ -81,13 +82,13 @@ class ConnectionParams:
         pairs = parse_qsl(parts.query, keep_blank_values=True)
         for name, _ in pairs:
             if name not in URL_OPTIONS:
-                raise ValueError(f"unknown mysql:// URL option {name!r:.40} (it takes {', '.join(URL_OPTIONS)})")
+                raise ValueError(f"unknown mysql:// URL option {echoed(name, 40)} (it takes {', '.join(URL_OPTIONS)})")
         query = dict(pairs)
         if len(query) != len(pairs):
             raise ValueError("a mysql:// URL option is given twice")
         ssl_text = query.get("ssl", "false").lower()
         if ssl_text not in SSL_ON + SSL_OFF:
-            raise ValueError(f"mysql:// URL option ssl={query['ssl']!r:.40} is not one of {', '.join(SSL_ON + SSL_OFF)}")
+            raise ValueError(f"mysql:// URL option ssl={echoed(query['ssl'], 40)} is not one of {', '.join(SSL_ON + SSL_OFF)}")
         if "ssl_ca" in query and (not query["ssl_ca"] or ssl_text in SSL_OFF and "ssl" in query):
             raise ValueError("mysql:// URL option ssl_ca needs a CA file path and turns TLS on (not with ssl=false)")
         return cls(

@@ -1,0 +1,48 @@
+"""Every value a message echoes is bounded (consolidator.printable.echoed): a refused ack with a
+250 KB batch id, item id or field name is logged in a line of a few hundred characters, through
+the real acks handler; a poison event's reason quotes a bounded piece of a huge field."""
+
+from __future__ import annotations
+
+import json
+
+from support import T0, record
+from test_acks_handler import BATCH, lambda_event, load_handler, sealed_message, sqs  # noqa: F401 (fixture)
+
+from consolidator.demo.lambda_context import LocalLambdaContext
+from consolidator.events import FieldNames, PoisonEvent, decode
+
+HUGE = 250_000
+LINE_BOUND = 2_000  # characters of one log line
+
+
+def messages(*bodies: dict) -> list[dict]:
+    return [{"MessageId": f"m{i}", "ReceiptHandle": f"r{i}", "Body": json.dumps(body), "MD5OfBody": "-"}
+            for i, body in enumerate(bodies)]
+
+
+def test_refused_acks_with_huge_values_are_logged_bounded(sqs, store, clock, capsys):  # noqa: F811
+    sealed = sealed_message(store, clock, "WH-7", BATCH, ("A001",))
+    event = lambda_event(messages(
+        {"batch_id": "f" * HUGE, "members": [0]},                                      # not a batch id
+        {"batch_id": BATCH, "members": [0], "x" * HUGE: 1},                             # unknown field
+        {"batch_id": BATCH, "ack_token": sealed["ack_token"], "item_ids": ["i" * HUGE]},  # unknown item
+        {"batch_id": BATCH, "ack_version": "v" * HUGE, "members": [0]},                 # unknown version
+    ))
+    response = load_handler().handler(event, LocalLambdaContext(function_name="acks"))
+    assert response["batchItemFailures"] == []  # refused for good, consumed
+    lines = [line for line in capsys.readouterr().out.splitlines() if "ack refused" in line]
+    assert len(lines) == 4, lines
+    assert max(map(len, lines)) < LINE_BOUND, [len(line) for line in lines]
+    assert sum(f"({HUGE:,} characters)" in line for line in lines) == 4
+
+
+def test_a_poison_reason_quotes_a_bounded_piece_of_a_huge_field():
+    value = json.dumps({"location_id": "WH-1", "order_id": "A1",
+                        "items": [{"sku": "S", "quantity": "q" * HUGE}]}).encode()
+    try:
+        decode(record(1, value, timestamp_ms=T0), FieldNames(), 1 << 20)
+    except PoisonEvent as poison:
+        assert len(poison.detail) < 200 and f"({HUGE:,} characters)" in poison.detail, poison.detail[:300]
+    else:
+        raise AssertionError("a quantity that is a string is poison")
