@@ -26,7 +26,8 @@ from consolidator.events import KafkaRecord, PoisonReason, SourcePosition
 from consolidator.printable import echoed
 
 KAFKA_EVENT_SOURCES = ("aws:kafka", "SelfManagedKafka")
-TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")  # Kafka's legal topic names
+TOPIC = re.compile(r"(?!\.{1,2}\Z)[A-Za-z0-9._-]{1,249}")  # Kafka's legal topic names (fullmatch)
+TOPIC_RULE = "1 to 249 letters, digits, '.', '_' or '-', and not '.' or '..'"
 MAX_PARTITION = 2**31 - 1  # Kafka partitions are int32
 MAX_OFFSET = 2**63 - 1  # Kafka offsets are int64
 MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last monthly bucket

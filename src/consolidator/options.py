@@ -4,7 +4,7 @@ Spark commands (``consolidator.spark.cli``), and the help style both use.
 Guarantee: a count or duration option is a finite number within its range, or a usage error
 (exit 2) whose one line names the option, the value as typed and the allowed range; an option
 that sets the same quantity as a setting has that setting's type and bounds (declared once, in
-:mod:`consolidator.settings`).
+:mod:`consolidator.settings`); a topic option is a Kafka topic name (:data:`consolidator.msk.TOPIC`).
 """
 
 from __future__ import annotations
@@ -63,3 +63,14 @@ def as_setting(name: str) -> Callable[[object], object]:
             raise typer.BadParameter(str(exc)) from None
 
     return parse
+
+
+def topic_name(value: object) -> str:
+    """The parser of a topic option: a Kafka topic name (1 to 249 letters, digits, ``.``, ``_``,
+    ``-``; not ``.`` or ``..``), or a usage error naming the value and the rule."""
+    from consolidator.msk import TOPIC, TOPIC_RULE
+
+    text = str(value)
+    if not TOPIC.fullmatch(text):
+        raise typer.BadParameter(f"{echoed(text, 60)} is not a Kafka topic name: {TOPIC_RULE}")
+    return text

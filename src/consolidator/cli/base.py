@@ -23,7 +23,7 @@ from typer._click import exceptions as click_exceptions
 from typer.core import TyperCommand, TyperGroup
 
 from consolidator.errors import ConfigurationError, ConsolidatorError
-from consolidator.options import MARKUP_MODE, as_setting, bounded  # noqa: F401 (the commands' option parsers)
+from consolidator.options import MARKUP_MODE, as_setting, bounded, topic_name  # noqa: F401 (option parsers)
 from consolidator.printable import echoed
 from consolidator.render import console, echo, styled
 

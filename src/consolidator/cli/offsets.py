@@ -18,6 +18,7 @@ from consolidator.cli.base import (
     reads,
     say_error,
     store_for,
+    topic_name,
 )
 from consolidator.render import confirm
 
@@ -33,7 +34,7 @@ def _rows(offsets) -> list[dict]:
 @offsets_app.command("list", cls=reads("CleanupSettings"))
 @guarded
 def offsets_list(
-    topic: Annotated[str | None, typer.Option(help="Only this topic.")] = None,
+    topic: Annotated[str | None, typer.Option(parser=topic_name, help="Only this topic.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Each partition's high-water offset: a record at or below it is a replay (a no-op)."""
@@ -53,7 +54,7 @@ def offsets_list(
 @offsets_app.command("reset", cls=reads("CleanupSettings"))
 @guarded
 def offsets_reset(
-    topic: Annotated[str, typer.Argument(help="The topic whose replay state is forgotten.")],
+    topic: Annotated[str, typer.Argument(parser=topic_name, help="The topic whose replay state is forgotten.")],
     partition: Annotated[int | None, typer.Option(parser=bounded(0, 2**31 - 1, integer=True),
                                                   help="Only this partition (0 or more).")] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,

@@ -14,10 +14,18 @@ from __future__ import annotations
 
 from typing import Annotated, Self
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from consolidator.errors import ConfigurationError
 from consolidator.events import FieldNames
+from consolidator.msk import TOPIC, TOPIC_RULE
 from consolidator.policy import MAX_RATE_BATCHES, MAX_RATE_PERIOD_MS, Policy, RateLimit
 from consolidator.settings.base import (
     DAY_SECONDS,
@@ -246,6 +254,15 @@ class _Sink(Root):
     )
 
 
+def _check_topic(value: str) -> str:
+    if not TOPIC.fullmatch(value):
+        raise ValueError(f"not a Kafka topic name: {TOPIC_RULE}")
+    return value
+
+
+KafkaTopic = Annotated[str, AfterValidator(_check_topic)]
+
+
 class IngestSettings(_DeadLetter, _Format, _Fields, _Base):
     """What the ingest function needs."""
 
@@ -323,8 +340,7 @@ class StreamSettings(_Policy, _Sink, _DeadLetter, _Format, _Fields):
     # Kafka is the source unless the command reads files (``spark stream --input``)
     kafka_bootstrap: str | None = Field(None, min_length=1, pattern=r"^\S+$",
                                         description="Kafka bootstrap servers of the source")
-    source_topic: str | None = Field(None, min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$",
-                                     description="the topic the streaming job reads")
+    source_topic: KafkaTopic | None = Field(None, description="the topic the streaming job reads")
     completion_database_url: DatabaseUrl | None = Field(
         None, repr=False, description="seal Spark-built batches in this database (completion tracking)")
     completion_database_secret_arn: SecretArn | None = Field(

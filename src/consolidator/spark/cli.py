@@ -25,7 +25,7 @@ from typing import Annotated
 
 import typer
 
-from consolidator.options import MARKUP_MODE, as_setting, bounded
+from consolidator.options import MARKUP_MODE, as_setting, bounded, topic_name
 from consolidator.redact import masked
 from consolidator.render import echo
 from consolidator.spark.cli_options import (
@@ -225,7 +225,7 @@ def replay(
     input_path: Annotated[str | None, typer.Option("--input", help="JSON lines or Parquet of records.")] = None,
     input_format: Annotated[str, typer.Option("--format", help="json, parquet or kafka")] = "json",
     bootstrap_servers: Annotated[str | None, typer.Option("--bootstrap-servers")] = None,
-    topic: Annotated[str | None, typer.Option("--topic")] = None,
+    topic: Annotated[str | None, typer.Option("--topic", parser=topic_name, help="--format kafka: the topic.")] = None,
     starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
     ending_offsets: Annotated[str, typer.Option("--ending-offsets")] = "latest",
     debounce_seconds: Annotated[str | None, typer.Option(
