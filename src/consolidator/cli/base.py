@@ -183,7 +183,7 @@ class SettingsCommand(TyperCommand):
 
 def reads(models: str | dict[str, str]) -> type[SettingsCommand]:
     """The command class of a command that loads the settings model ``models``, or one model
-    per mode: ``@app.command(cls=reads({"": "FlushSettings", "with --dry-run": "PolicySettings"}))``."""
+    per mode: ``@app.command(cls=reads({"": "FlushSettings", "with --dry-run": "FlushDryRunSettings"}))``."""
     models = {"": models} if isinstance(models, str) else models
     return type("ReadsSettings", (SettingsCommand,), {"settings_models": models})
 

@@ -31,7 +31,7 @@ FORMATS = ("auto", "values", "envelope", "msk-event")
 
 def _counts(r: FileIngestReport) -> str:
     return (f"{r.stored} stored, {r.coalesced} coalesced, {r.replayed} replayed, {r.poison} poison, "
-            f"{len(r.malformed)} malformed, {r.failed} failed, {r.blank} blank")
+            f"{len(r.malformed)} malformed, {r.failed} failed" + (f", {r.blank} blank" if r.blank else ""))
 
 
 class _Progress:

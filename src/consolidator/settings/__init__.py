@@ -48,6 +48,7 @@ from consolidator.settings.urls import (
     RedisUrl,
     SecretArn,
     SinkUrl,
+    check_database_server_url,
     check_database_url,
     check_dead_letter_url,
     check_redis_url,
@@ -69,6 +70,7 @@ __all__ = [
     "CompletionSettings",
     "ConfigurationError",
     "EmrSettings",
+    "FlushDryRunSettings",
     "FlushSettings",
     "IngestSettings",
     "LimitSettings",
@@ -77,6 +79,7 @@ __all__ = [
     "StreamSettings",
     "all_models",
     "allowed_range",
+    "check_database_server_url",
     "check_database_url",
     "check_dead_letter_url",
     "check_glue_format",
@@ -285,7 +288,18 @@ class FlushSettings(_Policy, _Sink, _DeadLetter, _Fields, _Base):
 
 
 class PolicySettings(_Policy, _Base):
-    """What ``flush --dry-run`` needs: the database and the flush policy, nothing else."""
+    """The database and the flush policy, nothing else."""
+
+
+class FlushDryRunSettings(FlushSettings):
+    """What ``flush --dry-run`` reads: every flush setting, each checked as ``flush --once``
+    checks it, so a dry run that passes means the flush starts; the destinations may be unset
+    (a dry run needs only the database)."""
+
+    sink_url: SinkUrl | None = Field(None, repr=False, description=FlushSettings.model_fields["sink_url"].description)
+    dead_letter_url: DeadLetterUrl | None = Field(
+        None, repr=False, description=FlushSettings.model_fields["dead_letter_url"].description)
+    redis_url: RedisUrl | None = Field(None, repr=False, description=FlushSettings.model_fields["redis_url"].description)
 
 
 class LimitSettings(_Policy, _Base):

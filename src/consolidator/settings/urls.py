@@ -67,7 +67,17 @@ def _sqs_url(url: str) -> str:
 
 
 def check_database_url(url: str) -> str:
-    """``mysql://user:password@host:port/database?ssl=true&ssl_ca=/path/ca.pem``"""
+    """``mysql://user:password@host:port/database?ssl=true&ssl_ca=/path/ca.pem``: the database
+    is named (a URL without one is refused, never read as a default database)."""
+    check_database_server_url(url)
+    if not urlsplit(url).path.strip("/"):
+        raise ValueError("the URL names no database: add it as the path, e.g. mysql://user@host:3306/consolidator")
+    return url
+
+
+def check_database_server_url(url: str) -> str:
+    """A database server's ``mysql://`` URL (``consolidator demo --database-url``): as
+    :func:`check_database_url`, the database name optional."""
     _scheme(url, ("mysql",))
     _parse("mysql", url)
     from consolidator.store.connection import ConnectionParams
@@ -79,7 +89,7 @@ def check_database_url(url: str) -> str:
     if not params.database.replace("_", "").replace("-", "").replace("$", "").isalnum():
         raise ValueError("database name must be letters, digits, '_', '-' or '$'")
     if params.ssl_ca is not None and not Path(params.ssl_ca).is_file():
-        raise ValueError(f"ssl_ca {params.ssl_ca!r} is not a readable file")
+        raise ValueError(f"ssl_ca {echoed(params.ssl_ca)} is not a readable file")
     return url
 
 
