@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from support import REDIS_URL
-from test_cli import cli_json
+from test_cli import cli, cli_json
 
 from consolidator.batch import load_schema, schema_name
 
@@ -71,6 +71,15 @@ def test_latest_event_per_user_per_tenant(example):
     assert (shown["group_key"], shown["state"], shown["tracked"]) == ("acme", "SENT", False)
     assert [(m["item_id"], m["offset"], m["event"]) for m in shown["members"]] == [
         (m["item_id"], m["offset"], m["event"]) for m in acme["members"]]
+    assert shown["aggregates"] == acme["aggregates"]  # what the message computed, from the batch's rows
+    assert (shown["attempts"], shown["failed_publishes"]) == (1, 0)  # published at its first attempt
+    listed = {b["group_key"]: b for b in cli_json(env, "batch", "list")["batches"]}
+    assert {g: (b["aggregates"], b["attempts"]) for g, b in listed.items()} == {
+        g: (m["aggregates"], 1) for g, m in by_tenant.items()}
+    human = cli(env, "batch", "show", acme["batch_id"])
+    assert "1 publish attempt(s) (0 failed)" in human.stdout
+    assert 'aggregates: {"users": 2, "kinds": ["click", "purchase"], "first_seen_event": "click"}' in human.stdout
+    assert '{"users":2,"kinds":["click","purchase"],"first_seen_event...' in cli(env, "batch", "list").stdout
 
 
 def test_sensor_readings_min_max_count_per_device(example):
@@ -82,8 +91,10 @@ def test_sensor_readings_min_max_count_per_device(example):
 
 
 def test_the_orders_reference(example):
-    batches, dead, _ = example("orders")
+    batches, dead, env = example("orders")
     by_warehouse = {m["group_key"]: m for m in batches}
+    for message in batches:  # the reference shape: the message's items, under the default output's name
+        assert cli_json(env, "batch", "show", message["batch_id"])["aggregates"] == {"items": message["items"]}
     assert by_warehouse["WH-1"]["schema_version"] == 1
     assert by_warehouse["WH-1"]["items"] == [{"sku": "SKU-1", "quantity": 8}]  # A001's newest event counts
     assert by_warehouse["WH-1"]["item_ids"] == ["A001", "A002"] and by_warehouse["WH-1"]["event_count"] == 3

@@ -39,6 +39,9 @@ DATABASE_HINTS = {
     1044: "the user may not use this database: grant it access, or fix the database in CONSOLIDATOR_DATABASE_URL",
     1045: "the database refused the user or password: fix CONSOLIDATOR_DATABASE_URL "
           "(or the secret of CONSOLIDATOR_DATABASE_SECRET_ARN)",
+    1698: "create a user with a password for Consolidator (CREATE USER 'consolidator'@'%' IDENTIFIED BY '...';"
+          " GRANT ALL ON <database>.* TO 'consolidator'@'%') and put it in CONSOLIDATOR_DATABASE_URL"
+          " (mysql://consolidator:<password>@host:3306/<database>)",
     1049: "the database does not exist: run `consolidator db migrate --create` (or CREATE DATABASE <name>, then"
           " `consolidator db migrate`)",
     1146: "a table is missing: run `consolidator db migrate`",

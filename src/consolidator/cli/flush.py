@@ -67,7 +67,7 @@ def _dry_run(as_json: bool) -> None:
 
 def _tick_line(number: int, report: TickReport) -> str:
     if report.skipped == "lock_unavailable":
-        return f"tick {number}: skipped, Redis unreachable: {report.error}"
+        return f"tick {number}: skipped, no flush lock: {report.error}"
     if report.skipped:
         return f"tick {number}: skipped, another flusher holds the lock"
     return (f"tick {number}: {len(report.published)} published, {report.publish_failures} publish failures, "
@@ -136,7 +136,6 @@ def flush(
         out.print(f"{len(reports)} tick(s): {published} batches published, {failures} publish failures, "
                   f"{expired} expired, {throttled} throttled, {dead} dead", highlight=False)
     if redis_down:
-        say_error("Redis unreachable (flush lock); no batch was flushed in that tick",
-                  f"{redis_down[-1]} -> check CONSOLIDATOR_REDIS_URL and that Redis is running")
+        say_error("no flush lock, so no batch was flushed in that tick", redis_down[-1])
     if failures or dead or redis_down:
         raise typer.Exit(EXIT_FAILED)

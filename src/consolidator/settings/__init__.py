@@ -38,8 +38,8 @@ from consolidator.settings.base import (
     field_range,
     known_variables,
 )
+from consolidator.settings.loading import NAMES_ITS_FAULTS, load_settings, unknown_variables
 from consolidator.settings.loading import NO_DATABASE as _NO_DATABASE
-from consolidator.settings.loading import load_settings, unknown_variables
 from consolidator.settings.urls import (
     DEAD_LETTER_SCHEMES,
     SINK_SCHEMES,
@@ -66,6 +66,7 @@ __all__ = [
     "SINK_SCHEMES",
     "WINDOWS_RULE",
     "AckSettings",
+    "BatchViewSettings",
     "CleanupSettings",
     "CompletionSettings",
     "ConfigurationError",
@@ -150,7 +151,7 @@ class _Fields(Root):
 
     # The event shape (issue 22, docs/events.md): both unset keep the version 1 message.
     aggregate: str | None = Field(
-        None, min_length=1,
+        None, min_length=1, json_schema_extra={NAMES_ITS_FAULTS: True},
         description="the batch's outputs: a JSON list of {name, op, path} (op count, sum, min, max, first, last,"
                     " distinct, group_sum with by and sum), inline or the path of a JSON file; unset: quantity"
                     " summed per sku",
@@ -327,6 +328,11 @@ class MigrateSettings(CleanupSettings):
         description='JSON {"ingest": "<secret ARN>", "flush": ..., "acks": ..., "cleanup": ...}: the'
                     " users the migration creates, each with its secret's user name and password",
     )
+
+
+class BatchViewSettings(_Fields, _Base):
+    """What ``consolidator batch show`` and ``batch list`` read: the database, and the event shape
+    (field names, ``AGGREGATE``, ``MEMBER_PAYLOAD``) a batch's aggregates are computed with."""
 
 
 class CompletionSettings(_Base):

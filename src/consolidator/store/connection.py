@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 # Client error codes meaning "the server is not there" rather than "this statement is wrong".
 _UNAVAILABLE_CODES = {1040, 1049, 1053, 2002, 2003, 2005, 2006, 2013, 2055}
 ACCESS_DENIED = 1045  # wrong user or password: not an outage (see Connection._open)
+SOCKET_ONLY_USER = 1698  # ER_ACCESS_DENIED_NO_PASSWORD: the user may log in only by the server's unix socket
 _CONFLICT_CODES = {1205, 1213}  # lock wait timeout, deadlock: the transaction was rolled back
 NO_SUCH_TABLE = 1146  # ER_NO_SUCH_TABLE: schema_migrations is missing in a database never migrated
 SSL_NOT_OFFERED = 2026  # CR_SSL_CONNECTION_ERROR: TLS required, the server does not offer it
@@ -278,6 +279,11 @@ class Connection:
                 raise StoreRefused(f"database refused the credentials of user {self.params.user!r}{again}"
                                    f" (access denied, 1045): check the password in the database URL or"
                                    f" secret and the user's grants") from exc
+            if code == SOCKET_ONLY_USER:
+                self.close()
+                raise StoreRefused(f"database refused user {self.params.user!r} (access denied, 1698): the server"
+                                   " lets this user in only through its local unix socket (unix_socket or"
+                                   " auth_socket authentication), never over the network with a password") from exc
             if code == SSL_NOT_OFFERED or isinstance(cause, ssl.SSLCertVerificationError):
                 self.close()
                 raise StoreRefused(f"database TLS refused: {cause or exc.args[-1]}; the server must offer"
