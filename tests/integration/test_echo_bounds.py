@@ -1,4 +1,4 @@
-"""Every value a message echoes is bounded (consolidator.printable.echoed): a refused ack with a
+"""Every value a message echoes is bounded (consolidator.rules.printable.echoed): a refused ack with a
 250 KB batch id, item id or field name is logged in a line of a few hundred characters, through
 the real acks handler; a poison event's reason quotes a bounded piece of a huge field."""
 
@@ -10,7 +10,7 @@ from support import T0, record
 from test_acks_handler import BATCH, lambda_event, load_handler, sealed_message, sqs  # noqa: F401 (fixture)
 
 from consolidator.demo.lambda_context import LocalLambdaContext
-from consolidator.events import FieldNames, PoisonEvent, decode
+from consolidator.rules.events import FieldNames, PoisonEvent, decode
 
 HUGE = 250_000
 LINE_BOUND = 2_000  # characters of one log line

@@ -1,4 +1,4 @@
-"""One rule for printed data (consolidator.render, consolidator.printable): the package prints only
+"""One rule for printed data (consolidator.cli.render, consolidator.rules.printable): the package prints only
 through it, and it prints every string as text. The scan reads every module of the package, so
 a new command that prints some other way fails here, not on an operator's terminal."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from rich.table import Table
 
-from consolidator.printable import echoed, printable
-from consolidator.render import DataConsole, styled
+from consolidator.cli.render import DataConsole, styled
+from consolidator.rules.printable import echoed, printable
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "consolidator"
-RENDER = SRC / "render.py"
+RENDER = SRC / "cli" / "render.py"
 # Calls that write to the terminal without the rule: print(), typer/click echo and prompts, a rich
 # Console of its own, rich Text built from markup, the standard streams' write.
 FORBIDDEN = {"print", "typer.echo", "typer.secho", "click.echo", "click.secho", "typer.confirm", "typer.prompt",
@@ -101,7 +101,7 @@ def test_echoed_values_are_quoted_printable_and_bounded():
 
 def cut_reprs(path: Path) -> list[str]:
     """``file:line`` of every f-string field that cuts a repr by precision (``{x!r:.80}``): a
-    bound of its own, instead of the one rule (:func:`consolidator.printable.echoed`)."""
+    bound of its own, instead of the one rule (:func:`consolidator.rules.printable.echoed`)."""
     return [f"{path.relative_to(SRC)}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
             if isinstance(node, ast.FormattedValue) and node.conversion == ord("r") and node.format_spec is not None]
 

@@ -12,7 +12,8 @@ pytest.importorskip("matplotlib")
 
 from test_report import FIGURES
 
-from consolidator.spark.report import InputSummary, write_report
+from consolidator.cli.spark.report import write_report
+from consolidator.spark.figures import InputSummary
 
 HOSTILE_KEY = "WH\x1b]0;owned\x07\x1b[2J|`x`\u202e"
 

@@ -22,15 +22,15 @@ import typer
 from typer._click import exceptions as click_exceptions
 from typer.core import TyperCommand, TyperGroup
 
-from consolidator.errors import ConfigurationError, ConsolidatorError
-from consolidator.options import MARKUP_MODE, as_setting, bounded, topic_name  # noqa: F401 (option parsers)
-from consolidator.printable import echoed
-from consolidator.render import console, echo, styled
+from consolidator.cli.options import MARKUP_MODE, as_setting, bounded, topic_name  # noqa: F401 (option parsers)
+from consolidator.cli.render import console, echo, styled
+from consolidator.rules.errors import ConfigurationError, ConsolidatorError
+from consolidator.rules.printable import echoed
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 # Every command prints through these (or render.echo): data is printed as text, never as markup,
-# and no control character reaches the terminal (consolidator.render).
+# and no control character reaches the terminal (consolidator.cli.render).
 out = console(sys.stdout)
 err = console(sys.stderr, stderr=True)
 
@@ -68,7 +68,7 @@ def database_hint(exc: BaseException) -> str | None:
 
 
 def say_error(prefix: str, message: object) -> None:
-    """One line on stderr: a red prefix and the message, printed as text (consolidator.render)."""
+    """One line on stderr: a red prefix and the message, printed as text (consolidator.cli.render)."""
     err.print(styled(f"{prefix}:", "red"), str(message), soft_wrap=True)
 
 
@@ -104,7 +104,7 @@ class _LazySubApp(TyperGroup):
 
 
 class _Root(TyperGroup):
-    LAZY: ClassVar[dict[str, tuple[str, str]]] = {"spark": ("consolidator.spark.cli:spark_app", "Spark jobs (streaming, replay); needs the spark extra.")}
+    LAZY: ClassVar[dict[str, tuple[str, str]]] = {"spark": ("consolidator.cli.spark.commands:spark_app", "Spark jobs (streaming, replay); needs the spark extra.")}
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         """Piped (no rich boxes), a usage error is one line on stderr naming the option, the value
@@ -215,7 +215,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON documen
 
 MAX_LIST = 100_000  # the most rows one listing command reads or shows
 
-BATCH_ID = re.compile(r"[0-9a-f]{32}")  # batch ids are 128 bits, in lowercase hex (consolidator.batch)
+BATCH_ID = re.compile(r"[0-9a-f]{32}")  # batch ids are 128 bits, in lowercase hex (consolidator.rules.batch)
 
 
 def fail(message: str, as_json: bool, **document: Any) -> typer.Exit:
@@ -288,7 +288,7 @@ def store_for(s, *, migrating: bool = False):
 
 
 def wall_clock_ms() -> int:
-    from consolidator.clock import SystemClock
+    from consolidator.rules.clock import SystemClock
 
     return SystemClock().now_ms()
 

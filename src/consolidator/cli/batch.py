@@ -61,8 +61,8 @@ def _member_document(m) -> dict:
 def _aggregates(view, shape) -> tuple[dict | None, str | None]:
     """The batch's aggregates as its message computes them from its rows (``{"items": [...]}``
     for the reference shape), or None and why not."""
-    from consolidator.batch import Member, batch_aggregates
-    from consolidator.shape import EventView
+    from consolidator.rules.batch import Member, batch_aggregates
+    from consolidator.rules.shape import EventView
 
     if view.kind != "batch":
         return None, "an expiry record: its rows were not published"
@@ -184,7 +184,7 @@ def ack(
 ) -> None:
     """Acknowledge members by item id or index, as a consumer would; publishes the completion
     when this was the last member. Exit 1 when anything was refused."""
-    from consolidator.completion import Ack, AckFormatError
+    from consolidator.rules.completion import Ack, AckFormatError
     from consolidator.services.acks import build_ack_service
 
     check_batch_ids([batch_id], as_json)

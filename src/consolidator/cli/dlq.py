@@ -23,8 +23,8 @@ from consolidator.cli.base import (
     say_error,
     store_for,
 )
-from consolidator.errors import BatchRowsGone
-from consolidator.redact import masked
+from consolidator.rules.errors import BatchRowsGone
+from consolidator.support.redact import masked
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     from consolidator.services.redrive import RedriveReport
@@ -58,7 +58,7 @@ def _read_dead_letter(url: str, limit: int) -> list[tuple[dict, str | None]]:
 
 def _distinct(entries: list[dict]) -> list[dict]:
     """One entry per idempotency key (the first written), with ``count`` = times written."""
-    from consolidator.sinks.deadletter import idempotency_key
+    from consolidator.rules.deadletter import idempotency_key
 
     first: dict[str, dict] = {}
     for entry in entries:
@@ -90,7 +90,7 @@ def _read_jsonl(path: Path) -> list[dict]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise typer.BadParameter(f"cannot read {path}: {exc}", param_hint="--file") from None
-    from consolidator.filesource import parse_json
+    from consolidator.sources.files import parse_json
 
     try:
         return [parse_json(line) for line in lines if line.strip()]

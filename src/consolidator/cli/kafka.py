@@ -20,7 +20,7 @@ from consolidator.cli.base import (
     say_error,
     topic_name,
 )
-from consolidator.render import echo
+from consolidator.cli.render import echo
 
 kafka_app = typer.Typer(help="A local Kafka (librdkafka's mock cluster) and a producer of event files.",
                         no_args_is_help=True)
@@ -38,7 +38,7 @@ def serve(
     or CONSOLIDATOR_KAFKA_BOOTSTRAP at the printed address. Needs no CONSOLIDATOR_* variable."""
     from confluent_kafka import KafkaException, Producer
 
-    from consolidator.kafkalog import client_logging
+    from consolidator.support.kafkalog import client_logging
 
     stop = threading.Event()
     caught: list[str] = []
@@ -74,7 +74,7 @@ def _key(line: bytes, field: str | None) -> bytes | None:
     """The value's ``field`` as the message key (so one group stays on one partition), if any."""
     if not field:
         return None
-    from consolidator.filesource import parse_json
+    from consolidator.sources.files import parse_json
 
     try:
         document = parse_json(line)
@@ -107,7 +107,7 @@ def produce(
     acknowledged (acks=all)."""
     from confluent_kafka import KafkaException, Producer
 
-    from consolidator.kafkalog import client_logging
+    from consolidator.support.kafkalog import client_logging
 
     try:
         handle = file.open("rb")

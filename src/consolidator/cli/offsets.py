@@ -20,7 +20,7 @@ from consolidator.cli.base import (
     store_for,
     topic_name,
 )
-from consolidator.render import confirm
+from consolidator.cli.render import confirm
 
 offsets_app = typer.Typer(help="Replay protection: one high-water offset per (topic, partition).",
                           no_args_is_help=True)

@@ -23,7 +23,6 @@ import importlib.util
 import json
 import logging
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -52,12 +51,10 @@ from consolidator.demo.parts import (
     read_output,
 )
 from consolidator.demo.synthetic import bursts
-from consolidator.errors import ConsolidatorError
-from consolidator.redact import masked
-from consolidator.render import console as data_console
-from consolidator.render import styled
+from consolidator.rules.errors import ConsolidatorError
 from consolidator.store.databases import recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
+from consolidator.support.redact import masked
 
 DEMO_CREATOR = "consolidator demo"  # the ownership marker of the databases the demo creates
 LOCAL_SERVER = "mysql://root@127.0.0.1:3306/"
@@ -120,9 +117,10 @@ def check_redis(url: str) -> None:
 # -- the run ----------------------------------------------------------------------------------
 
 
-def run_demo(config: DemoConfig | None = None, console: Console | None = None) -> DemoResult:
+def run_demo(config: DemoConfig | None, console: Console) -> DemoResult:
+    """Run the demo, printing on ``console`` (the CLI's: it prints every string as text,
+    consolidator.cli.render)."""
     config = config or DemoConfig()
-    console = console or data_console(sys.stdout)
     started = time.monotonic()
     root = repo_root(config)
     database_url = demo_database_url(config)
@@ -135,8 +133,9 @@ def run_demo(config: DemoConfig | None = None, console: Console | None = None) -
     if config.dead_letter_outage:
         dead_letter_dir.write_text("outage: a file where the dead-letter directory should be\n")
 
-    console.print(styled("Consolidator demo", "bold"), f": {config.orders} orders, {config.warehouses} warehouses, "
-                  f"{config.poison} poison messages, {config.bursts} bursts", sep="")
+    console.print("Consolidator demo", style="bold", end="")
+    console.print(f": {config.orders} orders, {config.warehouses} warehouses, {config.poison} poison messages,"
+                  f" {config.bursts} bursts")
     check_redis(config.redis_url)
     monitor = MySQLStore.from_url(database_url)
     monitor.migrate(int(time.time() * 1000))
@@ -280,7 +279,7 @@ def sample_batch(batches: list[OutBatch]) -> dict | None:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    from consolidator import jsonlines
+    from consolidator.support import jsonlines
 
     return jsonlines.read(path)
 
@@ -335,12 +334,13 @@ def print_summary(console: Console, s: dict) -> None:
         for line in batch_preview(sample):
             console.print(line, soft_wrap=True)
     if s["passed"]:
-        console.print(styled("invariant check passed", "bold green"), ": every valid event is in exactly one batch id "
+        console.print("invariant check passed", style="bold green", end="")
+        console.print(": every valid event is in exactly one batch id "
                       "(or coalesced into a newer one that is), every poison message is in the dead letter, "
                       f"no event under two batch ids, every batch out within {s['latency_bound_s']}s of its "
-                      "first ingest", sep="")
+                      "first ingest")
     else:
-        console.print(styled("invariant check FAILED", "bold red"))
+        console.print("invariant check FAILED", style="bold red")
         for problem in s["problems"]:
             console.print(f"  - {problem}")
         console.print(f"work files kept in {s['workdir']}", highlight=False)

@@ -23,10 +23,10 @@ from pydantic import (
     model_validator,
 )
 
-from consolidator.errors import ConfigurationError
-from consolidator.events import FieldNames
-from consolidator.msk import TOPIC, TOPIC_RULE
-from consolidator.policy import MAX_RATE_BATCHES, MAX_RATE_PERIOD_MS, Policy, RateLimit
+from consolidator.rules.errors import ConfigurationError
+from consolidator.rules.events import FieldNames
+from consolidator.rules.policy import MAX_RATE_BATCHES, MAX_RATE_PERIOD_MS, Policy, RateLimit
+from consolidator.rules.shape import Shape, default_outputs, parse_outputs, parse_payload
 from consolidator.settings.base import (
     DAY_SECONDS,
     ENV_PREFIX,
@@ -56,7 +56,7 @@ from consolidator.settings.urls import (
     mask,
 )
 from consolidator.settings.value_format import _Format, check_glue_format
-from consolidator.shape import Shape, default_outputs, parse_outputs, parse_payload
+from consolidator.sources.msk import TOPIC, TOPIC_RULE
 
 __all__ = [
     "DAY_SECONDS",

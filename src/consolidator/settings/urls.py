@@ -20,8 +20,8 @@ from pydantic import (
 )
 from pydantic_core import MultiHostUrl
 
-from consolidator.printable import echoed
-from consolidator.redact import masked
+from consolidator.rules.printable import echoed
+from consolidator.support.redact import masked
 
 SINK_SCHEMES = ("kafka", "sqs", "events", "file")
 DEAD_LETTER_SCHEMES = ("sqs", "file")
@@ -204,5 +204,5 @@ SecretArn = Annotated[str, AfterValidator(_check_arn)]
 
 def mask(value: object) -> str:
     """``value`` for an error message: URL credentials and secret query parameters masked
-    (:func:`consolidator.redact.masked`), quoted and bounded (:func:`consolidator.printable.echoed`)."""
+    (:func:`consolidator.support.redact.masked`), quoted and bounded (:func:`consolidator.rules.printable.echoed`)."""
     return echoed(masked(value if isinstance(value, str) else repr(value)), 120)
