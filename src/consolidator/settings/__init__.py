@@ -14,14 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Self
 
-from pydantic import (
-    AfterValidator,
-    Field,
-    TypeAdapter,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from consolidator.rules.errors import ConfigurationError
 from consolidator.rules.events import FieldNames
@@ -31,6 +24,7 @@ from consolidator.settings.base import (
     DAY_SECONDS,
     ENV_PREFIX,
     OTHER_VARIABLES,
+    KafkaTopic,
     Root,
     Seconds,
     SecondsOrOff,
@@ -56,7 +50,6 @@ from consolidator.settings.urls import (
     mask,
 )
 from consolidator.settings.value_format import _Format, check_glue_format
-from consolidator.sources.msk import TOPIC, TOPIC_RULE
 
 __all__ = [
     "DAY_SECONDS",
@@ -258,15 +251,6 @@ class _Sink(Root):
     )
 
 
-def _check_topic(value: str) -> str:
-    if not TOPIC.fullmatch(value):
-        raise ValueError(f"not a Kafka topic name: {TOPIC_RULE}")
-    return value
-
-
-KafkaTopic = Annotated[str, AfterValidator(_check_topic)]
-
-
 class IngestSettings(_DeadLetter, _Format, _Fields, _Base):
     """What the ingest function needs."""
 
@@ -366,6 +350,18 @@ class StreamSettings(_Policy, _Sink, _DeadLetter, _Format, _Fields):
     completion_database_secret_arn: SecretArn | None = Field(
         None, description="the trackers' database secret (RDS format), read by each executor: no password "
                           "in the job's arguments; COMPLETION_DATABASE_URL then gives host, port, database, TLS")
+
+    @field_validator("completion_database_url")
+    @classmethod
+    def _trackers_over_tls(cls, value: str | None) -> str | None:
+        """The executors connect from the cluster's network: never in plaintext, as the
+        functions' connections (their secrets always turn TLS on); a loopback host (a local run)
+        is this machine."""
+        from consolidator.store.connection import ConnectionParams, plaintext_refusal
+
+        if value is not None and (refusal := plaintext_refusal(ConnectionParams.from_url(value))):
+            raise ValueError(refusal)
+        return value
 
 
 class ReplaySettings(_Policy, _Format, _Fields):

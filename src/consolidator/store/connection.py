@@ -11,6 +11,7 @@ not offer TLS is refused.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import ssl
 from collections.abc import Callable, Iterable, Iterator
@@ -46,6 +47,25 @@ SSL_NOT_OFFERED = 2026  # CR_SSL_CONNECTION_ERROR: TLS required, the server does
 RDS_CA_BUNDLE = Path(__file__).with_name("certs") / "rds-ca-bundle.pem"
 URL_OPTIONS = ("ssl", "ssl_ca")  # the query options of a mysql:// URL; any other is refused
 SSL_ON, SSL_OFF = ("true", "1", "required"), ("false", "0")
+
+
+def plaintext_refusal(params: ConnectionParams) -> str | None:
+    """Why a connection with ``params`` may not be made: it would carry the user's password in
+    plaintext over the network (TLS off, a host other than this machine's loopback). None when TLS
+    is on, or the server is this machine (a local run). For connections that must never go in
+    plaintext, as the functions' (their secrets always turn TLS on) and Spark's completion
+    tracking's do."""
+    if params.ssl or params.host == "localhost" or _loopback(params.host):
+        return None
+    return (f"the connection to {params.host} would be plaintext (the password included): add ?ssl=true"
+            " (TLS verified against the RDS CA bundle) or ?ssl_ca=/path/ca.pem to the mysql:// URL")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def tls_context(ca_file: str | Path | None) -> ssl.SSLContext:

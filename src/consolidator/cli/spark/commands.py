@@ -58,6 +58,7 @@ from consolidator.cli.spark.options import (
 from consolidator.cli.spark.options import (
     max_p95_seconds as _max_p95,
 )
+from consolidator.rules.errors import ConsolidatorError
 from consolidator.spark.shards import DEFAULT_SHARDS
 from consolidator.support.redact import masked
 
@@ -146,6 +147,9 @@ def stream(
     stopper.install()  # a signal during Spark's start-up stops the query as soon as it runs
     try:
         _stream(stopper, config, s, checkpoint, input_path, master)
+    except ConsolidatorError as error:  # the trackers' database or its secret, before the query runs
+        echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
     finally:
         stopper.restore()
 
@@ -357,15 +361,25 @@ def emr_submit(
 
 
 def _no_password_in(args: list[str]) -> None:
-    """Refuse job arguments that carry a URL password: the database's belongs in its secret."""
+    """Refuse job arguments that carry a URL password (the database's belongs in its secret) or a
+    trackers' database URL that would connect in plaintext (the job would refuse it at start)."""
     from urllib.parse import urlsplit
 
-    for arg in args:
-        value = arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg
+    from consolidator.store.connection import ConnectionParams, plaintext_refusal
+
+    values = [arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg for arg in args]
+    for value in values:
         if "://" in value and urlsplit(value).password:
             echo(f"refused: a job argument carries a password ({masked(value)}); job arguments are readable "
-                       "by anyone who may read the job run: pass the database's Secrets Manager secret with "
-                       "--completion-database-secret-arn and a URL without credentials", err=True)
+                 "by anyone who may read the job run: pass the database's Secrets Manager secret with "
+                 "--completion-database-secret-arn and a URL without credentials", err=True)
+            raise typer.Exit(2)
+    for index, arg in enumerate(args):
+        if arg.partition("=")[0] != "--completion-database-url":
+            continue
+        url = values[index] if "=" in arg else (args[index + 1] if index + 1 < len(args) else "")
+        if url.startswith("mysql://") and (refusal := plaintext_refusal(ConnectionParams.from_url(url))):
+            echo(f"refused: --completion-database-url {masked(url)}: {refusal}", err=True)
             raise typer.Exit(2)
 
 
