@@ -169,14 +169,15 @@ def _stream(stopper, config, s, checkpoint: str, input_path: str | None, master:
     writer = BatchWriter(s.sink_url, s.dead_letter_url, tracking_database_url=s.completion_database_url,
                          tracking_database_secret_arn=s.completion_database_secret_arn)
     query = start(spark, config, writer=writer)
-    echo(f"streaming {input_path or s.source_topic} -> {masked(s.sink_url)} (checkpoint {checkpoint});"
-               " Ctrl-C or SIGTERM stops it after the current micro-batch", err=True)
+    source = f"files in {input_path}" if input_path else f"topic {s.source_topic}"
+    echo(f"streaming {source} -> {masked(s.sink_url)} (checkpoint {checkpoint});"
+         " Ctrl-C or SIGTERM stops it after the current micro-batch", err=True)
     try:
         caught = stopper.run(query)
     finally:
         writer.close()
     if caught:
-        echo(stop_line(query, caught), err=True)
+        echo(stop_line(query, caught, source), err=True)
         spark.stop()
 
 
