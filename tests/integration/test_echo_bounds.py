@@ -5,6 +5,7 @@ the real acks handler; a poison event's reason quotes a bounded piece of a huge 
 from __future__ import annotations
 
 import json
+import logging
 
 from support import T0, record
 from test_acks_handler import BATCH, lambda_event, load_handler, sealed_message, sqs  # noqa: F401 (fixture)
@@ -21,17 +22,34 @@ def messages(*bodies: dict) -> list[dict]:
             for i, body in enumerate(bodies)]
 
 
-def test_refused_acks_with_huge_values_are_logged_bounded(sqs, store, clock, capsys):  # noqa: F811
+class Kept(logging.Handler):
+    """Every record of a logger, as the JSON line of its message and fields (what a log line holds)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        fields = {k: v for k, v in vars(record).items() if k not in ("args", "exc_info", "msg")}
+        self.lines.append(json.dumps({"message": record.getMessage(), **fields}, default=str))
+
+
+def test_refused_acks_with_huge_values_are_logged_bounded(sqs, store, clock):  # noqa: F811
     sealed = sealed_message(store, clock, "WH-7", BATCH, ("A001",))
+    kept = Kept()
+    logging.getLogger("consolidator.services.acks").addHandler(kept)  # the handler's own logger
     event = lambda_event(messages(
         {"batch_id": "f" * HUGE, "members": [0]},                                      # not a batch id
         {"batch_id": BATCH, "members": [0], "x" * HUGE: 1},                             # unknown field
         {"batch_id": BATCH, "ack_token": sealed["ack_token"], "item_ids": ["i" * HUGE]},  # unknown item
         {"batch_id": BATCH, "ack_version": "v" * HUGE, "members": [0]},                 # unknown version
     ))
-    response = load_handler().handler(event, LocalLambdaContext(function_name="acks"))
+    try:
+        response = load_handler().handler(event, LocalLambdaContext(function_name="acks"))
+    finally:
+        logging.getLogger("consolidator.services.acks").removeHandler(kept)
     assert response["batchItemFailures"] == []  # refused for good, consumed
-    lines = [line for line in capsys.readouterr().out.splitlines() if "ack refused" in line]
+    lines = [line for line in kept.lines if '"message": "ack refused"' in line]
     assert len(lines) == 4, lines
     assert max(map(len, lines)) < LINE_BOUND, [len(line) for line in lines]
     assert sum(f"({HUGE:,} characters)" in line for line in lines) == 4
