@@ -115,7 +115,7 @@ class FlushService:
             try:
                 held = self.lock.acquire()
             except LockUnavailable as error:
-                log.warning("flush tick skipped: lock backend unreachable", extra={"error": str(error)})
+                log.warning("flush tick skipped: no flush lock", extra={"error": str(error)})
                 report.skipped = "lock_unavailable"
                 report.error = str(error)
             else:

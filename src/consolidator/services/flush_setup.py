@@ -25,6 +25,18 @@ def batch_bytes_cap(configured: int | None, sink: Sink) -> int:
     return configured
 
 
+def check_batch_cap(configured: int | None, sink_url: str) -> None:
+    """Raise :class:`ConfigurationError` when ``configured`` is over the per-message limit of the
+    sink at ``sink_url`` (:func:`batch_bytes_cap`); the sink is built, used for nothing, closed."""
+    from consolidator.sinks import sink_from_url
+
+    sink = sink_from_url(sink_url)
+    try:
+        batch_bytes_cap(configured, sink)
+    finally:
+        sink.close()
+
+
 def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> FlushService:
     """Wire the service from :class:`~consolidator.settings.FlushSettings`."""
     from consolidator.rules.clock import SystemClock
