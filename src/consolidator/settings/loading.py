@@ -17,7 +17,14 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from consolidator.errors import ConfigurationError
-from consolidator.settings.base import ENV_PREFIX, ENVIRON, Root, field_range, known_variables
+from consolidator.settings.base import (
+    ENV_PREFIX,
+    ENVIRON,
+    Root,
+    field_range,
+    is_secret,
+    known_variables,
+)
 from consolidator.settings.urls import mask
 
 S = TypeVar("S", bound=Root)
@@ -53,7 +60,10 @@ def problems_of(error: ValidationError, model: type[Root], environ: Mapping[str,
         elif field:
             bounds = field_range(model.model_fields[field]) if field in model.model_fields else "x"
             allowed = f", allowed {bounds}" if bounds != "x" else ""  # a number: name its range
-            problems.append(f"{_label(field, options, overrides)}: {message}{allowed} (got {mask(item.get('input'))})")
+            info = model.model_fields.get(field)
+            secret = info is not None and is_secret(info)
+            shown = "value hidden: a secret" if secret else f"got {mask(item.get('input'))}"
+            problems.append(f"{_label(field, options, overrides)}: {message}{allowed} ({shown})")
         else:  # a rule over several settings names them by field: name them as the user gave them
             problems.append(re.sub(r"\b[a-z][a-z0-9_]*\b",
                                    lambda m: _label(m[0], options, overrides) if m[0] in model.model_fields else m[0],
