@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, FilePath, SecretStr, field_validator, model_validator
-from pydantic_settings import NoDecode
 
 from consolidator.settings.base import SECRET, Root
 
@@ -52,6 +51,27 @@ SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 
 PassThroughValue = str | int | float | bool
+
+
+def parse_pass_through(text: str) -> dict[str, PassThroughValue]:
+    """The JSON object of librdkafka properties; ValueError (never quoting a value) for one that
+    is not JSON, not an object of strings, numbers and booleans, or sets a property the worker owns."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise ValueError("must be a JSON object of librdkafka properties")  # noqa: TRY004 (pydantic reports ValueErrors)
+    for key, item in value.items():
+        if key in WORKER_OWNED:
+            owner = WORKER_OWNED[key]
+            raise ValueError(f"{key!r} may not be set here: "
+                             + (f"use {owner}" if owner.startswith("CONSOLIDATOR_") else owner))
+        if not re.fullmatch(r"[a-z][a-z0-9._]*", key):
+            raise ValueError(f"{key[:80]!r} is not a librdkafka property name")
+        if not isinstance(item, str | int | float | bool):
+            raise ValueError(f"{key!r}: a property's value is a string, a number or a boolean")  # noqa: TRY004
+    return value
 
 
 class _KafkaBootstrap(Root):
@@ -123,10 +143,11 @@ class _KafkaConsumer(_KafkaBootstrap):
                                    " process, for MSK IAM) or librdkafka (its own OIDC client, set in KAFKA_CONFIG)")
     kafka_aws_region: str | None = Field(
         None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", description="AWS region of the MSK cluster (aws-msk-iam tokens)")
-    kafka_config: Annotated[dict[str, PassThroughValue], NoDecode] = Field(
-        default_factory=dict, repr=False, json_schema_extra=SECRET,
+    kafka_config: SecretStr | None = Field(
+        None, repr=False, json_schema_extra=SECRET,
         description='JSON object of further librdkafka consumer properties, e.g. {"max.poll.interval.ms": 300000,'
-                    ' "client.rack": "use1-az1"}; never the ones a setting above owns')
+                    ' "client.rack": "use1-az1"}; never the ones a setting above owns. Kept secret as a whole (it may'
+                    " hold an OAuth client secret)")
 
     @field_validator("source_topics")
     @classmethod
@@ -134,30 +155,16 @@ class _KafkaConsumer(_KafkaBootstrap):
         parse_topics(value)
         return value
 
-    @field_validator("kafka_config", mode="before")
-    @classmethod
-    def _config_is_a_json_object(cls, value: object) -> object:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError as exc:
-                raise ValueError(f"not JSON ({exc.msg} at character {exc.pos})") from None
-            if not isinstance(value, dict):
-                # a ValueError, not a TypeError: pydantic reports ValueErrors as validation errors
-                raise ValueError("must be a JSON object of librdkafka properties")  # noqa: TRY004
-        return value
-
     @field_validator("kafka_config")
     @classmethod
-    def _config_keys(cls, value: dict[str, PassThroughValue]) -> dict[str, PassThroughValue]:
-        for key in value:
-            if key in WORKER_OWNED:
-                owner = WORKER_OWNED[key]
-                raise ValueError(f"{key!r} may not be set here: "
-                                 + (f"use {owner}" if owner.startswith("CONSOLIDATOR_") else owner))
-            if not re.fullmatch(r"[a-z][a-z0-9._]*", key):
-                raise ValueError(f"{key[:80]!r} is not a librdkafka property name")
+    def _config_parses(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parse_pass_through(value.get_secret_value())
         return value
+
+    def pass_through(self) -> dict[str, PassThroughValue]:
+        """The librdkafka properties of KAFKA_CONFIG (secrets included: never log them)."""
+        return {} if self.kafka_config is None else parse_pass_through(self.kafka_config.get_secret_value())
 
     @model_validator(mode="after")
     def _security_fits(self) -> Self:
@@ -236,4 +243,4 @@ class _KafkaConsumer(_KafkaBootstrap):
             from consolidator.sinks.kafka import msk_iam_oauth_cb
 
             config["oauth_cb"] = msk_iam_oauth_cb(self.kafka_aws_region)
-        return {**config, **self.kafka_config}
+        return {**config, **self.pass_through()}
