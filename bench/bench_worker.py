@@ -36,7 +36,7 @@ import pymysql
 from bench_ingest import BENCH_CREATOR, T0, make_records, reset, row_of, run_load_data
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from consolidator.events import KafkaRecord
+from consolidator.rules.events import KafkaRecord
 from consolidator.services.ingest import build_ingest_service
 from consolidator.settings import WorkerIngestSettings, load_settings
 from consolidator.store.databases import drop_owned_database, recreate_owned_database

@@ -15,14 +15,14 @@ import redis
 from support import REDIS_URL, record, sql
 from worker_support import durable_positions, running, wait_for
 
-from consolidator.clock import ManualClock
-from consolidator.events import FieldNames, decode
-from consolidator.lock import RedisLock
-from consolidator.policy import Policy
+from consolidator.rules.clock import ManualClock
+from consolidator.rules.events import FieldNames, decode
+from consolidator.rules.policy import Policy
 from consolidator.services.flush import FlushService
 from consolidator.sinks import OutgoingBatch
 from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sinks.file import FileSink
+from consolidator.store.lock import RedisLock
 from consolidator.worker.runtime import build_worker
 
 POLICY = Policy(debounce_ms=1000, hard_window_ms=60_000, max_batch_size=50, tick_interval_ms=1000)

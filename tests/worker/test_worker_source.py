@@ -18,7 +18,7 @@ from schema_registry import LocalSchemaRegistry
 from support import sql
 from worker_support import CLI, durable_positions, running, wait_for
 
-from consolidator.errors import ConfigurationError
+from consolidator.rules.errors import ConfigurationError
 from consolidator.settings import WorkerIngestSettings, load_settings
 from consolidator.store.connection import RDS_CA_BUNDLE
 

@@ -24,7 +24,7 @@ def _json_logs():
 
     from aws_lambda_powertools import Logger
 
-    from consolidator.function_logging import configure_function_logging
+    from consolidator.support.function_logging import configure_function_logging
 
     logging.getLogger("consolidator")  # the parent of every project logger, also of those created later
     logger = Logger(service="consolidator-worker")

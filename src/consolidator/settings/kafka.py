@@ -212,7 +212,7 @@ class _KafkaConsumer(_KafkaBootstrap):
         """The librdkafka configuration of the worker's consumer (secrets included: never log it).
         Offsets are never stored or committed by the client itself: the worker commits only the
         offsets of records made durable."""
-        from consolidator.kafkalog import client_logging
+        from consolidator.support.kafkalog import client_logging
 
         config: dict[str, Any] = {
             **client_logging(),

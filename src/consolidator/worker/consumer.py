@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from consolidator.errors import ConfigurationError
-from consolidator.redact import masked
+from consolidator.rules.errors import ConfigurationError
 from consolidator.services.metrics import MetricsRecorder
+from consolidator.support.redact import masked
 from consolidator.worker.ledger import Ledger, Partition
 from consolidator.worker.metrics import PrometheusRegistry, partition_labels
 from consolidator.worker.records import read_messages

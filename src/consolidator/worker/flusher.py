@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 
-from consolidator.errors import ConsolidatorError, StoreUnavailable
+from consolidator.rules.errors import ConsolidatorError, StoreUnavailable
 from consolidator.services.flush import UNBOUNDED_MS, FlushService
 from consolidator.services.metrics import MetricsRecorder
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from consolidator.errors import ConsolidatorError
+from consolidator.rules.errors import ConsolidatorError
 from consolidator.worker.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)

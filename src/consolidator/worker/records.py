@@ -1,7 +1,7 @@
 """Messages of the Kafka client as the ingest service takes them: a :class:`KafkaRecord` for each
-readable message, a :class:`~consolidator.msk.Rejected` piece (with its position, so it is
+readable message, a :class:`~consolidator.rules.events.Rejected` piece (with its position, so it is
 dead-lettered as ``bad_envelope`` poison) for one whose envelope cannot be read, as the MSK
-event's reader does for Lambda (:mod:`consolidator.msk`): the same bounds, the same reason.
+event's reader does for Lambda (:mod:`consolidator.sources.msk`): the same bounds, the same reason.
 
 Never raises for a message; a consumer error (not a message) is returned as text for the poll
 loop to log.
@@ -14,8 +14,8 @@ from collections.abc import Iterable
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message
 
-from consolidator.events import KafkaRecord, PoisonReason, SourcePosition
-from consolidator.msk import MAX_TIMESTAMP_MS, Rejected
+from consolidator.rules.events import KafkaRecord, PoisonReason, Rejected, SourcePosition
+from consolidator.sources.msk import MAX_TIMESTAMP_MS
 
 Item = KafkaRecord | Rejected  # what the worker holds of one message until it is durable
 

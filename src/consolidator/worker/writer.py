@@ -12,8 +12,8 @@ import logging
 import threading
 import time
 
-from consolidator.errors import ConsolidatorError
-from consolidator.events import KafkaRecord
+from consolidator.rules.errors import ConsolidatorError
+from consolidator.rules.events import KafkaRecord
 from consolidator.services.ingest import IngestService
 from consolidator.services.metrics import MetricsRecorder
 from consolidator.worker.ledger import Ledger, WriteJob, WriteOutcome
