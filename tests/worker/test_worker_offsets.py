@@ -51,7 +51,7 @@ def test_poison_is_dead_lettered_and_committed_past_without_blocking_its_partiti
 
 
 def test_a_record_that_cannot_be_dead_lettered_holds_its_partition_at_its_offset(kafka, topic, worker_env, store,
-                                                                                 tmp_path: Path):
+                                                                                 tmp_path: Path, caplog):
     """The dead-letter destination refuses the poison at offset 7 of partition 0: the records
     before it are committed, nothing at or after it; the other partitions go on."""
     blocked = tmp_path / "a-directory"  # the file destination cannot append to it
@@ -60,11 +60,14 @@ def test_a_record_that_cannot_be_dead_lettered_holds_its_partition_at_its_offset
     kafka.produce(topic, 0, 20, partition=0, values=lambda n: b"{not json" if n == 7 else None)
     kafka.produce(topic, 20, 20, partition=1)
     group = env["CONSOLIDATOR_KAFKA_GROUP_ID"]
+    caplog.set_level(logging.INFO, logger="consolidator.worker.consumer")
     with running(env, role="ingest") as worker:
         wait_for(lambda: kafka.committed(group, topic).get(1) == 20, 20, "partition 1 committed to its end")
         wait_for(lambda: kafka.committed(group, topic).get(0) == 7, 20, "partition 0 committed up to the poison")
         wait_for(lambda: (topic, 0) in worker.poll.ledger.paused(), 10, "partition 0 paused")
     assert kafka.committed(group, topic)[0] == 7
+    commits = [o for r in caplog.records if r.getMessage() == "offsets committed" for o in r.offsets]
+    assert max(o["offset"] for o in commits if o["partition"] == 0) == 7, "never past the record not durable"
     stored = durable_positions(store, tmp_path / "nothing-dead-lettered.jsonl")
     assert {(topic, 0, o) for o in range(7)} <= stored and not {(topic, 0, o) for o in range(7, 20)} & stored
 

@@ -20,11 +20,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from support import order_value, sql
 
 import consolidator.settings as settings_models
+from consolidator.cli.worker import (
+    MODELS,  # the settings model of each role, as the command loads it
+)
 from consolidator.settings import load_settings
 from consolidator.store.mysql import MySQLStore
 from consolidator.worker.runtime import Worker, build_worker
 
-MODELS = {"all": "WorkerSettings", "ingest": "WorkerIngestSettings", "flush": "WorkerFlushSettings"}
 CLI = [sys.executable, "-c", "from consolidator.cli import app; app(prog_name='consolidator')"]
 
 
