@@ -151,6 +151,21 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def start_worker(env: dict, tmp: str, *args: str) -> subprocess.Popen:
+    """``consolidator worker`` as a process; its log lines go to a file in ``tmp``."""
+    with open(Path(tmp) / "worker.log", "w") as log:
+        return subprocess.Popen([*CLI, "worker", *args], env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def stop(process: subprocess.Popen, tmp: str, why: str | None = None) -> None:
+    """Stop a worker process (SIGTERM, then wait); with ``why``, stop the run naming it and the
+    end of the worker's log."""
+    process.terminate()
+    process.wait(timeout=60)
+    if why is not None:
+        raise SystemExit(f"{why}: {(Path(tmp) / 'worker.log').read_text()[-2000:]}")
+
+
 def run_backlog(args, kafka: LocalKafka, store: MySQLStore, tmp: str) -> dict:
     """A worker process drains ``--backlog`` records; its peak resident memory, sampled."""
     topic = f"backlog-{uuid.uuid4().hex[:6]}"
@@ -160,22 +175,18 @@ def run_backlog(args, kafka: LocalKafka, store: MySQLStore, tmp: str) -> dict:
     reset(store)
     env = {**os.environ, **worker_env(args, kafka, topic, tmp)}
     started = time.perf_counter()
-    process = subprocess.Popen([*CLI, "worker", "--role", "ingest"], env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    process = start_worker(env, tmp, "--role", "ingest")
     peak = 0.0
-    try:
-        while True:
-            peak = max(peak, rss_mb(process.pid))
-            marks = {(m.topic, m.partition): m.high_water for m in store.partition_offsets()}
-            if all(marks.get(p, -1) == end - 1 for p, end in ends.items()):
-                break
-            if process.poll() is not None or time.perf_counter() - started > 1800:
-                raise SystemExit(f"the backlog worker stopped or took too long: {process.stderr.read()[-2000:]}")
-            time.sleep(0.2)
-        seconds = time.perf_counter() - started
-    finally:
-        process.terminate()
-        process.communicate(timeout=60)
+    while True:
+        peak = max(peak, rss_mb(process.pid))
+        marks = {(m.topic, m.partition): m.high_water for m in store.partition_offsets()}
+        if all(marks.get(p, -1) == end - 1 for p, end in ends.items()):
+            break
+        if process.poll() is not None or time.perf_counter() - started > 1800:
+            stop(process, tmp, "the backlog worker stopped or took too long")
+        time.sleep(0.2)
+    seconds = time.perf_counter() - started
+    stop(process, tmp)
     return {"backlog_records": args.backlog, "backlog_seconds": round(seconds, 2),
             "backlog_records_per_s": round(args.backlog / seconds), "rss_peak_mb": round(peak, 1)}
 
@@ -188,11 +199,12 @@ def ready(port: int) -> bool:
         return False
 
 
-def run_latency(args, kafka: LocalKafka, tmp: str) -> dict:
+def run_latency(args, kafka: LocalKafka, store: MySQLStore, tmp: str) -> dict:
     """Events of new groups that go quiet at once: each must be published within debounce + one
     tick + 1 s of its produce (the producer's timestamp)."""
     topic = f"latency-{uuid.uuid4().hex[:6]}"
     sink = Path(tmp) / "latency-batches.jsonl"
+    reset(store)  # nothing pending but these events
     kafka.produce(topic, [(0, b"warm-up", b"{}")])  # the topic exists before the worker subscribes
     debounce, tick = args.debounce_seconds, args.tick_seconds
     env = {**os.environ, **worker_env(args, kafka, topic, tmp, CONSOLIDATOR_SINK_URL=f"file://{sink}",
@@ -205,32 +217,30 @@ def run_latency(args, kafka: LocalKafka, tmp: str) -> dict:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env["CONSOLIDATOR_WORKER_HTTP_PORT"] = str(port)
-    process = subprocess.Popen([*CLI, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = start_worker(env, tmp)
     latencies = []
-    try:
-        ready_by = time.monotonic() + 60
-        while not ready(port):  # started, assigned, the database reachable
-            if time.monotonic() > ready_by or process.poll() is not None:
-                raise SystemExit(f"the latency worker did not get ready: {process.stderr.read()[-2000:]}")
-            time.sleep(0.1)
-        for n in range(args.latency_events):
-            group = f"quiet-{n}"
-            sent_ms = int(time.time() * 1000)
-            value = json.dumps({"location_id": group, "order_id": "O1", "items": [{"sku": "S", "quantity": 1}]})
-            kafka.produce(topic, [(n % PARTITIONS, group.encode(), value.encode())])
-            deadline = time.monotonic() + debounce + tick + 30
-            while True:
-                lines = sink.read_text().splitlines() if sink.exists() else []
-                found = [json.loads(line) for line in lines if f'"{group}"' in line]
-                if found:
-                    latencies.append((time.time() * 1000 - sent_ms) / 1000)
-                    break
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise SystemExit(f"group {group} was not published: {process.stderr.read()[-2000:]}")
-                time.sleep(0.02)
-    finally:
-        process.terminate()
-        process.communicate(timeout=60)
+    ready_by = time.monotonic() + 60
+    while not ready(port):  # started, assigned, the database reachable
+        if time.monotonic() > ready_by or process.poll() is not None:
+            stop(process, tmp, "the latency worker did not get ready")
+        time.sleep(0.1)
+    published = ""  # the sink file read so far
+    for n in range(args.latency_events):
+        group = f"quiet-{n}"
+        sent_ms = int(time.time() * 1000)
+        value = json.dumps({"location_id": group, "order_id": "O1", "items": [{"sku": "S", "quantity": 1}]})
+        kafka.produce(topic, [(n % PARTITIONS, group.encode(), value.encode())])
+        deadline = time.monotonic() + debounce + tick + 30
+        while f'"{group}"' not in published:
+            if time.monotonic() > deadline or process.poll() is not None:
+                stop(process, tmp, f"group {group} was not published")
+            time.sleep(0.02)
+            if sink.exists():
+                with sink.open() as handle:
+                    handle.seek(len(published))
+                    published += handle.read()
+        latencies.append((time.time() * 1000 - sent_ms) / 1000)
+    stop(process, tmp)
     bound = debounce + tick + 1
     return {"latency_events": len(latencies), "latency_max_s": round(max(latencies), 3),
             "latency_median_s": round(sorted(latencies)[len(latencies) // 2], 3), "latency_bound_s": bound,
@@ -283,7 +293,7 @@ def main() -> None:
             results[name] = max(results.get(name, 0.0), rate)
         backlog = run_backlog(args, kafka, store, tmp)
         print(f"  backlog: {backlog}", file=sys.stderr)
-        latency = run_latency(args, kafka, tmp)
+        latency = run_latency(args, kafka, store, tmp)
         print(f"  latency: {latency}", file=sys.stderr)
     store.close()
     drop_owned_database(params, BENCH_CREATOR)
