@@ -56,7 +56,10 @@ def test_the_laptop_run_of_the_docs(database_url, store, tmp_path: Path):
                 worker.kill()
                 worker.communicate(timeout=30)
         assert worker.returncode == 0, stderr
-        assert "worker stopped" in [line["message"] for line in log_lines(stdout)]
+        lines = log_lines(stdout)  # every line JSON, the services' own lines too
+        messages = [line["message"] for line in lines]
+        assert messages.count("batch published") == 3 and "poison record dead-lettered" in messages
+        assert "worker stopped" in messages and {line["service"] for line in lines} == {"consolidator-worker"}
     finally:
         kafka.send_signal(signal.SIGTERM)
         kafka.communicate(timeout=30)
