@@ -140,8 +140,8 @@ class _Root(TyperGroup):
 ROOT_HELP = (
     "Operate the Consolidator buffer: db (schema), status, flush, ingest (a local file), kafka (a local"
     " Kafka), dlq (dead letters), batch (completion tracking), limits (rate limits), offsets (replay"
-    " marks), partitions, demo, spark (Spark jobs). Settings come from CONSOLIDATOR_* variables: each"
-    " command's --help names the ones it reads."
+    " marks), partitions, demo, worker (the long-running consumer service), spark (Spark jobs). Settings"
+    " come from CONSOLIDATOR_* variables: each command's --help names the ones it reads."
 )
 
 app = typer.Typer(
@@ -161,13 +161,15 @@ def variables_help(models: dict[str, str]) -> str:
 
     paragraphs = ["Variables (defaults and bounds: the README's configuration table):"]
     for mode, model_name in models.items():
-        fields = getattr(settings, model_name).model_fields
+        model = getattr(settings, model_name)
+        fields = model.model_fields
         prefix = settings.ENV_PREFIX
-        required = [prefix + name.upper() for name, f in fields.items() if f.is_required()]
+        also_required = getattr(model, "REQUIRED_SETTINGS", ())  # optional fields a rule of the model requires
+        required = [prefix + name.upper() for name, f in fields.items() if f.is_required() or name in also_required]
         if "database_url" in fields:
             required.insert(0, f"{prefix}DATABASE_URL (or {prefix}DATABASE_SECRET_ARN)")
         others = [prefix + name.upper() for name, f in fields.items()
-                  if not f.is_required() and name not in ("database_url", "database_secret_arn")]
+                  if not f.is_required() and name not in ("database_url", "database_secret_arn", *also_required)]
         text = (f"{mode}: " if mode else "") + "needs " + ", ".join(required)
         paragraphs.append(text + ("; also reads " + ", ".join(others) if others else "") + ".")
     return "\n\n".join(paragraphs)

@@ -57,6 +57,7 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
         max_rows_per_tick=settings.max_rows_per_tick,
         metrics=metrics or NoMetrics(),
         lock=RedisLock.from_url(settings.redis_url, ttl_ms=round(settings.lock_ttl_seconds * 1000),
+                                key=settings.lock_key,
                                 password=secret_string(arn) if (arn := settings.redis_auth_secret_arn) else None),
         completion_tracking=settings.completion_tracking,
     )

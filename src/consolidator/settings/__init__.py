@@ -32,6 +32,7 @@ from consolidator.settings.base import (
     field_range,
     known_variables,
 )
+from consolidator.settings.kafka import _KafkaBootstrap, _KafkaConsumer
 from consolidator.settings.loading import NAMES_ITS_FAULTS, load_settings, unknown_variables
 from consolidator.settings.loading import NO_DATABASE as _NO_DATABASE
 from consolidator.settings.urls import (
@@ -50,6 +51,7 @@ from consolidator.settings.urls import (
     mask,
 )
 from consolidator.settings.value_format import _Format, check_glue_format
+from consolidator.settings.worker import _WorkerIngest, _WorkerProcess
 
 __all__ = [
     "DAY_SECONDS",
@@ -71,6 +73,9 @@ __all__ = [
     "PolicySettings",
     "ReplaySettings",
     "StreamSettings",
+    "WorkerFlushSettings",
+    "WorkerIngestSettings",
+    "WorkerSettings",
     "all_models",
     "allowed_range",
     "check_database_server_url",
@@ -264,6 +269,8 @@ class FlushSettings(_Policy, _Sink, _DeadLetter, _Fields, _Base):
     )
     max_attempts: int = Field(5, ge=1, le=100)
     lock_ttl_seconds: Seconds = Field(60, le=900, description="Redis lock TTL; set it to the flush timeout")
+    lock_key: str = Field("consolidator:flush-lock", min_length=1, max_length=200, pattern=r"^\S+$",
+                          description="Redis key of the flush lock; deployments that share a Redis need different keys")
     max_rows_per_tick: int = Field(20_000, gt=0, le=1_000_000)
 
     # Batch completion tracking (issue 12)
@@ -338,12 +345,10 @@ class AckSettings(CompletionSettings):
     )
 
 
-class StreamSettings(_Policy, _Sink, _DeadLetter, _Format, _Fields):
-    """What ``consolidator spark stream`` needs (its options override these, same names and units)."""
+class StreamSettings(_Policy, _Sink, _DeadLetter, _Format, _Fields, _KafkaBootstrap):
+    """What ``consolidator spark stream`` needs (its options override these, same names and units).
+    Kafka (KAFKA_BOOTSTRAP, SOURCE_TOPIC) is the source unless the command reads files (``--input``)."""
 
-    # Kafka is the source unless the command reads files (``spark stream --input``)
-    kafka_bootstrap: str | None = Field(None, min_length=1, pattern=r"^\S+$",
-                                        description="Kafka bootstrap servers of the source")
     source_topic: KafkaTopic | None = Field(None, description="the topic the streaming job reads")
     completion_database_url: DatabaseUrl | None = Field(
         None, repr=False, description="seal Spark-built batches in this database (completion tracking)")
@@ -362,6 +367,19 @@ class StreamSettings(_Policy, _Sink, _DeadLetter, _Format, _Fields):
         if value is not None and (refusal := plaintext_refusal(ConnectionParams.from_url(value))):
             raise ValueError(refusal)
         return value
+
+
+class WorkerIngestSettings(_WorkerIngest, _KafkaConsumer, IngestSettings):
+    """What ``consolidator worker --role ingest`` needs: the Kafka source and the ingest service's
+    settings (docs/worker.md)."""
+
+
+class WorkerFlushSettings(_WorkerProcess, FlushSettings):
+    """What ``consolidator worker --role flush`` needs: the flush service's settings."""
+
+
+class WorkerSettings(_WorkerIngest, _KafkaConsumer, _Format, FlushSettings):
+    """What ``consolidator worker`` (``--role all``) needs: both of the above."""
 
 
 class ReplaySettings(_Policy, _Format, _Fields):

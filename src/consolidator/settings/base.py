@@ -33,6 +33,20 @@ def _check_topic(value: str) -> str:
 # A Kafka topic name, by Kafka's rules (consolidator.sources.msk.TOPIC).
 KafkaTopic = Annotated[str, AfterValidator(_check_topic)]
 
+
+# The marker of a setting whose value is a secret as a whole (a password, a map that may hold one):
+# an error about it never quotes the value (consolidator.settings.loading), as repr=False keeps it
+# out of the model's repr. URL settings are not marked: their errors quote them with credentials
+# masked.
+SECRET = {"secret": True}
+
+
+def is_secret(info) -> bool:
+    """Whether the field (its ``FieldInfo``) holds a secret as a whole."""
+    extra = info.json_schema_extra
+    return isinstance(extra, dict) and extra.get("secret") is True
+
+
 # CONSOLIDATOR_* variables read by code other than the settings models. Each is named here so
 # that start-up does not take it for a misspelt setting (consolidator.settings.unknown_variables).
 OTHER_VARIABLES: dict[str, str] = {

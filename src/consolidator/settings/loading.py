@@ -17,7 +17,14 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from consolidator.rules.errors import ConfigurationError
-from consolidator.settings.base import ENV_PREFIX, ENVIRON, Root, field_range, known_variables
+from consolidator.settings.base import (
+    ENV_PREFIX,
+    ENVIRON,
+    Root,
+    field_range,
+    is_secret,
+    known_variables,
+)
 from consolidator.settings.urls import mask
 
 S = TypeVar("S", bound=Root)
@@ -58,8 +65,11 @@ def problems_of(error: ValidationError, model: type[Root], environ: Mapping[str,
             bounds = field_range(info) if info is not None else "x"
             allowed = f", allowed {bounds}" if bounds != "x" else ""  # a number: name its range
             extra = info.json_schema_extra if info is not None and isinstance(info.json_schema_extra, dict) else {}
-            got = "" if extra.get(NAMES_ITS_FAULTS) else f" (got {mask(item.get('input'))})"
-            problems.append(f"{_label(field, options, overrides)}: {message}{allowed}{got}")
+            if info is not None and is_secret(info):
+                shown = " (value hidden: a secret)"
+            else:
+                shown = "" if extra.get(NAMES_ITS_FAULTS) else f" (got {mask(item.get('input'))})"
+            problems.append(f"{_label(field, options, overrides)}: {message}{allowed}{shown}")
         else:  # a rule over several settings names them by field: name them as the user gave them
             problems.append(re.sub(r"\b[a-z][a-z0-9_]*\b",
                                    lambda m: _label(m[0], options, overrides) if m[0] in model.model_fields else m[0],

@@ -8,6 +8,7 @@ statements are what keep one event under one batch id.
 from __future__ import annotations
 
 import secrets
+import time
 
 import redis
 
@@ -52,6 +53,7 @@ class RedisLock:
         self.ttl_ms = ttl_ms
         self.key = key
         self._token: str | None = None
+        self._expires_at = 0.0  # monotonic: when the lock expires at the latest, by this process's clock
         self._release = client.register_script(_RELEASE)
 
     @classmethod
@@ -73,12 +75,25 @@ class RedisLock:
         Raises :class:`LockUnavailable` (saying why: :func:`lock_error`) when Redis cannot be
         reached or refuses."""
         token = secrets.token_hex(16)
+        started = time.monotonic()  # before the SET: Redis starts the TTL later, never earlier
         try:
             acquired = self.client.set(self.key, token, nx=True, px=self.ttl_ms)
         except redis.RedisError as exc:
             raise lock_error(exc) from exc
         self._token = token if acquired else None
+        self._expires_at = started + self.ttl_ms / 1000
         return bool(acquired)
+
+    def still_held(self) -> bool:
+        """Whether this object still holds the lock: acquired, its TTL not over by this process's
+        clock, and Redis still holding our token (not expired, not taken by another flusher, not
+        lost with a Redis restart). False when Redis cannot be reached: the lock may be lost."""
+        if self._token is None or time.monotonic() >= self._expires_at:
+            return False
+        try:
+            return self.client.get(self.key) == self._token.encode()
+        except redis.RedisError:
+            return False
 
     def release(self) -> bool:
         """Delete the lock if it still holds our token. False when it had expired (and may now
