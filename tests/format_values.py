@@ -26,14 +26,14 @@ def order(location="WH-42", order_id="A001", items=(("SKU-1", 2),), **extra) -> 
             "items": [{"sku": s, "quantity": q} for s, q in items], **extra}
 
 
-def avro_serializer(registry_url: str, schema: dict = ORDER_V1):
-    """confluent-kafka's AvroSerializer (it registers ``schema`` under orders-value on first use)."""
+def avro_serializer(registry_url: str, schema: dict = ORDER_V1, topic: str = "orders"):
+    """confluent-kafka's AvroSerializer (it registers ``schema`` under ``<topic>-value`` on first use)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(schema))
-    context = SerializationContext("orders", MessageField.VALUE)
+    context = SerializationContext(topic, MessageField.VALUE)
     return lambda document: serializer(document, context)
 
 

@@ -143,7 +143,7 @@ def test_avro_values_from_a_schema_registry_are_stored_as_their_json_would_be(ka
                                                                               tmp_path: Path):
     registry = LocalSchemaRegistry()
     try:
-        serialize = avro_serializer(registry.url)
+        serialize = avro_serializer(registry.url, topic=topic)
         kafka.produce(topic, 0, 12, values=lambda n: serialize(order(f"WH-{n % 3}", f"O{n}", (("S1", n),))))
         env = {**worker_env, "CONSOLIDATOR_VALUE_FORMAT": "avro", "CONSOLIDATOR_SCHEMA_REGISTRY_URL": registry.url}
         with running(env, role="ingest"):

@@ -69,6 +69,8 @@ METRICS: tuple[Metric, ...] = (
     _m("EventToPublishLatency", "Milliseconds", "summary", "flush", "from a batch's oldest member first seen to"
                                                                     " its publish"),
     _m("PublishFailures", "Count", "counter", "flush", "publishes the sink refused (the batch stays CLAIMED)"),
+    _m("BatchBuildFailures", "Count", "counter", "flush", "batches whose message or rows could not be built (a"
+                                                          " failed attempt of that batch only)"),
     _m("DeadBatches", "Count", "counter", "flush", "batches dead-lettered after max attempts"),
     _m("EventsExpired", "Count", "counter", "flush", "rows dead-lettered as expired (over the TTL)"),
     _m("GroupsThrottled", "Count", "counter", "flush", "due groups held back by their rate limit"),
