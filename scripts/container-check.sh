@@ -244,10 +244,11 @@ if [ "$HAS_WORKER" = 0 ]; then
   fail "the worker steps did not run: the image has no 'consolidator worker' command"
 fi
 
-# --health-interval disable: no systemd timer (none here); `podman healthcheck run` below runs it
+# The health check runs below (`podman healthcheck run`), not on podman's timer: podman asks
+# systemd for the timer, and says so on stderr (kept in podman.log) where systemd does not run.
 WORKER=$(pm run --detach --network host --label "$RUN_LABEL" --name "cc-worker-$$" --read-only --tmpfs /tmp \
   --cap-drop all --security-opt no-new-privileges --health-interval disable \
-  "${ENV_ARGS[@]}" -v "$WORK/out:/out" "$IMAGE")
+  "${ENV_ARGS[@]}" -v "$WORK/out:/out" "$IMAGE" 2>>"$WORK/podman.log")
 say "worker container ${WORKER:0:12} started; waiting for /readyz"
 ready=""
 for _ in $(seq 1 120); do

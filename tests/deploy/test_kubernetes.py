@@ -26,7 +26,9 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="dev ext
 OLDEST_KUBERNETES = "1.25"
 # Settings the worker declares (its own settings model); until they are declared the names are
 # only taken on trust here.
-AWAITING_WORKER_SETTINGS = {"CONSOLIDATOR_HEALTH_PORT", "CONSOLIDATOR_KAFKA_SASL_PASSWORD"}
+AWAITING_WORKER_SETTINGS = {f"CONSOLIDATOR_{name}" for name in (
+    "HEALTH_PORT", "SOURCE_TOPICS", "KAFKA_GROUP_ID", "KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM",
+    "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD")}
 WORKER_SHUTDOWN_BOUND_SECONDS = 30  # the worker's clean-shutdown bound (Kubernetes' default grace)
 
 
