@@ -37,6 +37,7 @@ T_START=$(date +%s)
 mkdir -p "$CACHE"
 WORK=$(mktemp -d "${CONTAINER_CHECK_TMP:-/var/tmp}/consolidator-container.XXXXXX")
 DATABASE_MADE=0
+LONG_PID=""        # the step run_long is waiting for
 say() { echo "container-check: $*"; }
 fail() { say "FAILED: $*" >&2; exit 1; }
 
@@ -65,6 +66,9 @@ pm() { podman --runtime runc "$@"; }
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  if [ -n "$LONG_PID" ] && kill -0 "$LONG_PID" 2>/dev/null; then
+    kill "$LONG_PID" 2>/dev/null || true; wait "$LONG_PID" 2>/dev/null || true
+  fi
   local id
   for id in $(pm ps --all --quiet --filter "label=$RUN_LABEL" 2>/dev/null); do  # this run's own
     pm rm --force --time 5 "$id" >/dev/null 2>&1 || say "could not remove container $id" >&2
@@ -73,10 +77,14 @@ cleanup() {
     mysql -h 127.0.0.1 -P 3306 -u root -e "DROP DATABASE IF EXISTS \`$DATABASE\`" \
       || say "could not drop database $DATABASE" >&2
   fi
+  # an interrupted debootstrap leaves /proc and /sys mounted in its root
+  findmnt -rn -o TARGET | awk -v r="$WORK/" 'index($0, r) == 1' | sort -r \
+    | while read -r m; do umount -l "$m" || true; done
   local left
   left=$(pm ps --all --quiet --filter "label=$RUN_LABEL" 2>/dev/null || true)
+  left+=$(findmnt -rn -o TARGET | awk -v r="$WORK/" 'index($0, r) == 1')
   if [ -n "$left" ]; then
-    say "LEFT BEHIND: containers $left (not deleting $WORK)" >&2; rc=1
+    say "LEFT BEHIND (not deleting $WORK): $left" >&2; rc=1
   else
     rm -rf "$WORK"
     say "removed this run's containers$([ "$DATABASE_MADE" = 1 ] && echo ", database $DATABASE") and files"
@@ -90,14 +98,15 @@ trap 'exit 130' INT TERM
 # and the log's last line), the log's tail when it fails.
 run_long() {
   local label=$1 log=$2; shift 2
-  local t0 now next pid; t0=$(date +%s); next=$((t0 + 15))
+  local t0 now next; t0=$(date +%s); next=$((t0 + 15))
   "$@" >"$log" 2>&1 &
-  pid=$!
-  while kill -0 "$pid" 2>/dev/null; do
+  LONG_PID=$!
+  while kill -0 "$LONG_PID" 2>/dev/null; do
     sleep 1; now=$(date +%s)
     if [ "$now" -ge "$next" ]; then say "  ... $label ($((now - t0)) s): $(tail -n 1 "$log" | cut -c1-100)"; next=$((now + 15)); fi
   done
-  if ! wait "$pid"; then tail -n 30 "$log" >&2; fail "$label"; fi
+  if ! wait "$LONG_PID"; then LONG_PID=""; tail -n 30 "$log" >&2; fail "$label"; fi
+  LONG_PID=""
   say "  done in $(( $(date +%s) - t0 )) s"
 }
 
