@@ -174,9 +174,9 @@ inspect() { pm image inspect --format "$1" "$IMAGE"; }
 user=$(inspect '{{.Config.User}}')
 case "${user%%:*}" in ''|0|root) fail "the image runs as '${user}', not a non-root user" ;; esac
 inspect '{{json .Config.Healthcheck}}' | grep -q '/healthz' || fail "the image has no HEALTHCHECK on /healthz"
-baked=$(inspect '{{range .Config.Env}}{{println .}}{{end}}' | grep '^CONSOLIDATOR_' | grep -v '^CONSOLIDATOR_HEALTH_PORT=' || true)
+baked=$(inspect '{{range .Config.Env}}{{println .}}{{end}}' | grep '^CONSOLIDATOR_' | grep -v '^CONSOLIDATOR_WORKER_HTTP_PORT=' || true)
 [ -z "$baked" ] || fail "settings baked into the image: $baked"
-HEALTH_PORT=$(inspect '{{range .Config.Env}}{{println .}}{{end}}' | sed -n 's/^CONSOLIDATOR_HEALTH_PORT=//p')
+IMAGE_PORT=$(inspect '{{range .Config.Env}}{{println .}}{{end}}' | sed -n 's/^CONSOLIDATOR_WORKER_HTTP_PORT=//p')
 extra=$(once --entrypoint python3 "$IMAGE" -c '
 import importlib.util
 print(" ".join(m for m in ("pyspark", "aws_cdk", "pytest", "hypothesis", "moto", "ruff", "cfnlint")
@@ -185,7 +185,7 @@ print(" ".join(m for m in ("pyspark", "aws_cdk", "pytest", "hypothesis", "moto",
 version=$(once --entrypoint consolidator "$IMAGE" --version)
 HAS_WORKER=0
 once --entrypoint consolidator "$IMAGE" worker --help >/dev/null 2>&1 && HAS_WORKER=1
-say "image $IMAGE: ${IMAGE_MB} MB, built in ${BUILD_SECONDS} s ($BUILD_CACHED); $version; user $user; health port $HEALTH_PORT"
+say "image $IMAGE: ${IMAGE_MB} MB, built in ${BUILD_SECONDS} s ($BUILD_CACHED); $version; user $user; health port $IMAGE_PORT"
 
 # --- 3. run it against MariaDB, Redis and a local Kafka ----------------------------------------
 # a detached container of this run (host network): the local Kafka, later the worker
@@ -211,6 +211,12 @@ awk -v n="$RECORDS" -v g="$GROUP_COUNT" 'BEGIN {
 }' > "$WORK/in/events.jsonl"
 echo '{"location_id": "WARM-UP", "order_id": "warm-up", "items": [{"sku": "s", "quantity": 1}]}' > "$WORK/in/warm-up.jsonl"
 
+# host networking: the worker serves on a port free on this machine, not the image's default
+HEALTH_PORT=$(once --entrypoint python3 "$IMAGE" -c '
+import socket
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    print(s.getsockname()[1])')
 ENV_ARGS=(
   -e "CONSOLIDATOR_DATABASE_URL=$DATABASE_URL" -e "CONSOLIDATOR_REDIS_URL=$REDIS_URL"
   -e "CONSOLIDATOR_KAFKA_BOOTSTRAP=$BOOTSTRAP" -e "CONSOLIDATOR_SOURCE_TOPIC=$TOPIC"
@@ -219,7 +225,7 @@ ENV_ARGS=(
 )
 # the image's CLI, with this run's settings and volumes (read-only root, as in Kubernetes)
 # Without the worker the image's health port is not a known setting: the other commands refuse it.
-UNSET=(); [ "$HAS_WORKER" = 1 ] || UNSET=(--unsetenv CONSOLIDATOR_HEALTH_PORT)
+UNSET=(); [ "$HAS_WORKER" = 1 ] || UNSET=(--unsetenv CONSOLIDATOR_WORKER_HTTP_PORT)
 cli() { once --read-only --tmpfs /tmp "${UNSET[@]}" "${ENV_ARGS[@]}" \
           -v "$WORK/in:/in:ro" -v "$WORK/out:/out" --entrypoint consolidator "$IMAGE" "$@"; }
 
@@ -257,7 +263,7 @@ fi
 # systemd for the timer, and says so on stderr (kept in podman.log) where systemd does not run.
 WORKER=$(pm run --detach --network host --label "$RUN_LABEL" --name "cc-worker-$$" --read-only --tmpfs /tmp \
   --cap-drop all --security-opt no-new-privileges --health-interval disable \
-  "${ENV_ARGS[@]}" -v "$WORK/out:/out" "$IMAGE" 2>>"$WORK/podman.log")
+  -e "CONSOLIDATOR_WORKER_HTTP_PORT=$HEALTH_PORT" "${ENV_ARGS[@]}" -v "$WORK/out:/out" "$IMAGE" 2>>"$WORK/podman.log")
 say "worker container ${WORKER:0:12} started; waiting for /readyz"
 ready=""
 for _ in $(seq 1 120); do

@@ -91,7 +91,7 @@ def test_no_setting_or_credential_is_baked_in():
         if keyword == "ARG":
             assert not re.search(r"(?i)password|secret|token|_url", rest), rest
     settings = {k for k in env_of(instructions(CONTAINERFILE.read_text())) if k.startswith("CONSOLIDATOR_")}
-    assert settings == {"CONSOLIDATOR_HEALTH_PORT"}
+    assert settings == {"CONSOLIDATOR_WORKER_HTTP_PORT"}
 
 
 def test_the_default_base_is_the_official_slim_python_the_project_supports():

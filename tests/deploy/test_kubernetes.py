@@ -27,7 +27,7 @@ OLDEST_KUBERNETES = "1.25"
 # Settings the worker declares (its own settings model); until they are declared the names are
 # only taken on trust here.
 AWAITING_WORKER_SETTINGS = {f"CONSOLIDATOR_{name}" for name in (
-    "HEALTH_PORT", "SOURCE_TOPICS", "KAFKA_GROUP_ID", "KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM",
+    "WORKER_HTTP_PORT", "SOURCE_TOPICS", "KAFKA_GROUP_ID", "KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM",
     "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD")}
 WORKER_SHUTDOWN_BOUND_SECONDS = 30  # the worker's clean-shutdown bound (Kubernetes' default grace)
 
@@ -113,14 +113,14 @@ def test_the_deployment_agrees_with_the_containerfile():
     assert pod["securityContext"]["runAsNonRoot"] is True and uid != 0
 
     exposed = {int(rest) for keyword, rest in image if keyword == "EXPOSE"}
-    port = int(env_of(image)["CONSOLIDATOR_HEALTH_PORT"])
-    assert exposed == {port} == {int(kinds["ConfigMap"]["data"]["CONSOLIDATOR_HEALTH_PORT"])}
+    port = int(env_of(image)["CONSOLIDATOR_WORKER_HTTP_PORT"])
+    assert exposed == {port} == {int(kinds["ConfigMap"]["data"]["CONSOLIDATOR_WORKER_HTTP_PORT"])}
     (named,) = container["ports"]
     assert named["containerPort"] == port
     for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         assert container[probe]["httpGet"] == {"path": path, "port": named["name"]}, probe
     healthcheck = next(rest for keyword, rest in image if keyword == "HEALTHCHECK")
-    assert "/healthz" in healthcheck and "CONSOLIDATOR_HEALTH_PORT" in healthcheck
+    assert "/healthz" in healthcheck and "CONSOLIDATOR_WORKER_HTTP_PORT" in healthcheck
     assert "command" not in container, "the image's ENTRYPOINT (consolidator worker) must stay"
 
 
