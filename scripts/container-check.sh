@@ -201,7 +201,7 @@ say "local Kafka (mock cluster, in a container of the image) at $BOOTSTRAP"
 
 mkdir -p "$WORK/in" "$WORK/out"
 chown 10001:10001 "$WORK/out"   # the image's user writes the batches there
-TOPIC=orders
+TOPIC=orders KAFKA_GROUP=container-check
 # RECORDS events in GROUP_COUNT groups, each order once, and one poison line (not JSON).
 awk -v n="$RECORDS" -v g="$GROUP_COUNT" 'BEGIN {
   for (i = 1; i <= n; i++)
@@ -263,7 +263,8 @@ fi
 # systemd for the timer, and says so on stderr (kept in podman.log) where systemd does not run.
 WORKER=$(pm run --detach --network host --label "$RUN_LABEL" --name "cc-worker-$$" --read-only --tmpfs /tmp \
   --cap-drop all --security-opt no-new-privileges --health-interval disable \
-  -e "CONSOLIDATOR_WORKER_HTTP_PORT=$HEALTH_PORT" "${ENV_ARGS[@]}" -v "$WORK/out:/out" "$IMAGE" 2>>"$WORK/podman.log")
+  -e "CONSOLIDATOR_WORKER_HTTP_PORT=$HEALTH_PORT" -e "CONSOLIDATOR_SOURCE_TOPICS=$TOPIC" \
+  -e "CONSOLIDATOR_KAFKA_GROUP_ID=$KAFKA_GROUP" "${ENV_ARGS[@]}" -v "$WORK/out:/out" "$IMAGE" 2>>"$WORK/podman.log")
 say "worker container ${WORKER:0:12} started; waiting for /readyz"
 ready=""
 for _ in $(seq 1 120); do
@@ -301,6 +302,18 @@ STOP_SECONDS=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - 
 awk -v s="$STOP_SECONDS" -v b="$STOP_BOUND_SECONDS" 'BEGIN { exit !(s < b) }' \
   || fail "the worker took ${STOP_SECONDS} s to stop (bound ${STOP_BOUND_SECONDS} s)"
 ! pm logs "$WORKER" 2>&1 | grep -q 'Traceback' || fail "the worker's log holds a traceback"
-say "SIGTERM: exit 0 in ${STOP_SECONDS} s (bound ${STOP_BOUND_SECONDS} s)"
+# Every record is durable by now (its batch is out), so the shutdown committed every offset.
+read -r committed ends < <(once --entrypoint python3 "$IMAGE" -c '
+import sys
+from confluent_kafka import Consumer, TopicPartition
+bootstrap, topic, group = sys.argv[1:]
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+partitions = [TopicPartition(topic, p) for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions]
+committed = sum(max(tp.offset, 0) for tp in consumer.committed(partitions, timeout=10))
+ends = sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in partitions)
+consumer.close()
+print(committed, ends)' "$BOOTSTRAP" "$TOPIC" "$KAFKA_GROUP")
+[ "$committed" -eq "$ends" ] || fail "the group committed offsets up to $committed of $ends records after SIGTERM"
+say "SIGTERM: exit 0 in ${STOP_SECONDS} s (bound ${STOP_BOUND_SECONDS} s); offsets of all $ends records committed"
 
-say "PASS: image ${IMAGE_MB} MB built in ${BUILD_SECONDS} s ($BUILD_CACHED) on $base_python; $batches batches held $orders/$RECORDS records, $dead poison dead-lettered; health check ok; SIGTERM -> exit 0 in ${STOP_SECONDS} s; total $(( $(date +%s) - T_START )) s"
+say "PASS: image ${IMAGE_MB} MB built in ${BUILD_SECONDS} s ($BUILD_CACHED) on $base_python; $batches batches held $orders/$RECORDS records, $dead poison dead-lettered; health check ok; SIGTERM -> exit 0 in ${STOP_SECONDS} s, $committed/$ends offsets committed; total $(( $(date +%s) - T_START )) s"
