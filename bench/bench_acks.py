@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from consolidator.clock import ManualClock
-from consolidator.completion import Ack
+from consolidator.rules.clock import ManualClock
+from consolidator.rules.completion import Ack
 from consolidator.services.acks import AckService
 from consolidator.sinks.file import FileSink
 from consolidator.store.completion import SealedBatch

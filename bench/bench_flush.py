@@ -34,9 +34,9 @@ from pathlib import Path
 from generic import GENERIC_NAMES, GENERIC_RECORDS, generic_record
 from server_cpu import ServerCpu, per_record_us
 
-from consolidator.clock import ManualClock
-from consolidator.events import Event, KafkaRecord, SourcePosition, decode
-from consolidator.policy import Policy, RateLimit
+from consolidator.rules.clock import ManualClock
+from consolidator.rules.events import Event, KafkaRecord, SourcePosition, decode
+from consolidator.rules.policy import Policy, RateLimit
 from consolidator.services.flush import FlushService
 from consolidator.sinks import Sink
 from consolidator.sinks.deadletter import FileDeadLetter

@@ -31,13 +31,13 @@ import pymysql
 from generic import GENERIC_NAMES, GENERIC_RECORDS, generic_record
 from server_cpu import ServerCpu, per_record_us
 
-from consolidator.clock import SystemClock
-from consolidator.events import FieldNames, KafkaRecord, decode, decode_exact
-from consolidator.formats import RegistryValueDecoder, decode_event
-from consolidator.formats.base import RegisteredSchema
-from consolidator.msk import event_from_records
+from consolidator.rules.clock import SystemClock
+from consolidator.rules.events import FieldNames, KafkaRecord, decode, decode_exact
 from consolidator.services.ingest import IngestService
 from consolidator.sinks.deadletter import FileDeadLetter
+from consolidator.sources.formats import RegistryValueDecoder, decode_event
+from consolidator.sources.formats.base import RegisteredSchema
+from consolidator.sources.msk import event_from_records
 from consolidator.store.databases import drop_owned_database, recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
@@ -78,7 +78,7 @@ AVRO_SCHEMA_ID = 1
 
 
 class InMemorySchemas:
-    """A registry that holds the one Avro schema (consolidator.formats.decoder.SchemaSource)."""
+    """A registry that holds the one Avro schema (consolidator.sources.formats.decoder.SchemaSource)."""
 
     def schema(self, schema_id: str, protobuf: bool) -> RegisteredSchema:
         return RegisteredSchema("AVRO", json.dumps(AVRO_SCHEMA))

@@ -42,7 +42,7 @@ from flink import flink_session_window
 from generic import GENERIC_NAMES
 from proctree import tree_cpu_seconds
 
-from consolidator.policy import Policy
+from consolidator.rules.policy import Policy
 from consolidator.spark.replay import NamedPolicy, policy_name, replay
 from consolidator.spark.session import build_session
 from consolidator.spark.transforms import records

@@ -61,8 +61,8 @@ from pathlib import Path
 from flink import flink_session_window
 from generic import GENERIC_NAMES
 
-from consolidator.events import FieldNames
-from consolidator.policy import Policy
+from consolidator.rules.events import FieldNames
+from consolidator.rules.policy import Policy
 from consolidator.spark.session import build_session
 from consolidator.spark.shards import DEFAULT_SHARDS
 
@@ -254,7 +254,7 @@ def run_ceiling(spark, directory: Path, workdir: Path, files_per_trigger: int, e
                 shards: int = DEFAULT_SHARDS) -> dict:
     """The aggregator's query (decode, records packed per shard, ``transformWithStateInPandas``,
     writer) with a processor that drops its input: the framework's own cost."""
-    from consolidator.events import FieldNames
+    from consolidator.rules.events import FieldNames
     from consolidator.spark.delivery import BatchWriter
     from consolidator.spark.streaming import OUTPUT_SCHEMA, by_shard
     from consolidator.spark.transforms import records

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import random
 
-from consolidator.events import FieldNames, KafkaRecord
-from consolidator.shape import Shape, parse_outputs
+from consolidator.rules.events import FieldNames, KafkaRecord
+from consolidator.rules.shape import Shape, parse_outputs
 
 GENERIC_RECORDS = 20_000
 GENERIC_SHAPE = Shape(parse_outputs(json.dumps([

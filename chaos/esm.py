@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from consolidator.events import KafkaRecord
-from consolidator.msk import event_from_records
+from consolidator.rules.events import KafkaRecord
+from consolidator.sources.msk import event_from_records
 
 Position = tuple[str, int, int]
 

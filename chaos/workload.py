@@ -9,7 +9,7 @@ import zlib
 from dataclasses import dataclass
 
 from consolidator.demo.check import Produced
-from consolidator.events import KafkaRecord
+from consolidator.rules.events import KafkaRecord
 
 TOPIC = "orders"
 POISON_VALUES = (b"{not json", b"[1, 2]", b'{"order_id": "X"}', b'{"location_id": "WH-0", "order_id": "X", "items": 5}',

@@ -7,7 +7,9 @@ One directory per function, each holding:
   (``uv export`` of the lock, then ``uv pip install --target --python-platform
   --require-hashes --only-binary :all:``), minus boto3/botocore/s3transfer which the Lambda
   runtime provides;
-* the ``consolidator`` package from ``src/`` without ``spark/`` (no Spark, no CDK);
+* the parts of the ``consolidator`` package the functions import (``FUNCTION_PACKAGES``: no CLI,
+  no demo, no Spark, no worker; ``tests/infra/test_bundle.py`` checks that every handler imports
+  nothing else);
 * ``functions/<name>/handler.py`` at the root, so the Lambda handler is ``handler.handler``.
 
 Dependencies are installed once into ``build/lambda/_dependencies-<hash>/`` and hard-linked into
@@ -40,7 +42,10 @@ PLATFORM = "aarch64-manylinux_2_34"
 RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer")
 # Never allowed in a function bundle.
 FORBIDDEN = ("pyspark", "aws_cdk", "constructs", "jsii", "cdk_nag")
-EXCLUDED_SOURCE = ("spark", "__pycache__")
+# The parts of src/consolidator/ a function imports: the rules, settings, adapters and use cases.
+FUNCTION_PACKAGES = ("__init__.py", "rules", "settings", "sources", "support", "store", "sinks", "services",
+                     "schemas")
+EXCLUDED_SOURCE = ("__pycache__",)
 
 
 class BundleError(RuntimeError):
@@ -83,10 +88,11 @@ def _hash_files(files: list[Path], *extra: str) -> str:
 
 
 def _tree(root: Path) -> list[Path]:
+    """The files of the package ``root`` that a function bundle ships (``FUNCTION_PACKAGES``)."""
     return [
         path for path in sorted(root.rglob("*"))
-        if path.is_file() and not set(path.relative_to(root).parts) & set(EXCLUDED_SOURCE)
-        and path.suffix != ".pyc"
+        if path.is_file() and path.relative_to(root).parts[0] in FUNCTION_PACKAGES
+        and not set(path.relative_to(root).parts) & set(EXCLUDED_SOURCE) and path.suffix != ".pyc"
     ]
 
 
@@ -143,11 +149,11 @@ def _link_tree(source: Path, target: Path) -> None:
 
 
 def _copy_package(target: Path) -> None:
-    shutil.copytree(
-        REPO / "src" / "consolidator",
-        target / "consolidator",
-        ignore=shutil.ignore_patterns(*EXCLUDED_SOURCE, "*.pyc"),
-    )
+    source = REPO / "src" / "consolidator"
+    for path in _tree(source):
+        destination = target / "consolidator" / path.relative_to(source)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, destination)
 
 
 def check_bundle(directory: Path) -> None:

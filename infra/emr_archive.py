@@ -125,7 +125,7 @@ def build(out: Path, *, python_version: str, architecture: str, interpreter: str
         shutil.copytree(REPO / "src" / "consolidator", site / "consolidator",
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
         _tar(root, archive, compresslevel)
-    shutil.copy2(REPO / "src" / "consolidator" / "spark" / "entry.py", out / emr.ENTRY_POINT)
+    shutil.copy2(REPO / "src" / "consolidator" / "cli" / "spark" / "entry.py", out / emr.ENTRY_POINT)
     return archive, check_archive(archive, python_version=python_version, architecture=architecture,
                                   interpreter=interpreter)
 
@@ -191,8 +191,8 @@ def check_archive(archive: Path, *, python_version: str, architecture: str, inte
     for name in REQUIRED:
         if not any(n.startswith(site + name + "/") for n in members):
             problems.append(f"{name} is missing from {site}")
-    if site + "consolidator/spark/cli.py" not in members:
-        problems.append("consolidator/spark/cli.py is missing")
+    if site + "consolidator/cli/spark/commands.py" not in members:
+        problems.append("consolidator/cli/spark/commands.py is missing")
     for name in FORBIDDEN:
         if name in tops or any(t.lower().startswith(name.replace("_", "-") + "-") or t.startswith(name + "-")
                                for t in tops if t.endswith(".dist-info")):

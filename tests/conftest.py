@@ -10,7 +10,7 @@ import pymysql
 import pytest
 from support import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, T0
 
-from consolidator.clock import ManualClock
+from consolidator.rules.clock import ManualClock
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 

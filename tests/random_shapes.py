@@ -9,8 +9,8 @@ import random
 
 import orjson
 
-from consolidator.events import KafkaRecord
-from consolidator.shape import OPERATIONS, Shape, parse_outputs, parse_payload
+from consolidator.rules.events import KafkaRecord
+from consolidator.rules.shape import OPERATIONS, Shape, parse_outputs, parse_payload
 
 PATHS = {"count": [None, "amount", "props.page"], "sum": ["amount", "price", "props.n"],
          "min": ["amount", "price"], "max": ["price", "props.n"], "first": ["props.page", "props", "tags"],

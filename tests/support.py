@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from consolidator.events import KafkaRecord
+from consolidator.rules.events import KafkaRecord
 from consolidator.store.mysql import MySQLStore
 
 MYSQL_HOST = os.environ.get("TEST_MYSQL_HOST", "127.0.0.1")

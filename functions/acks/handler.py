@@ -20,10 +20,10 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from consolidator.errors import ConsolidatorError
-from consolidator.function_logging import configure_function_logging
+from consolidator.rules.errors import ConsolidatorError
 from consolidator.services.acks import AckService, build_ack_service
 from consolidator.settings import AckSettings, load_settings
+from consolidator.support.function_logging import configure_function_logging
 
 logger = Logger(service="consolidator-acks")
 metrics = Metrics(namespace="Consolidator", service="acks")

@@ -4,9 +4,9 @@ from functools import cache
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
-from consolidator.function_logging import configure_function_logging
 from consolidator.services.cleanup import CleanupService, build_cleanup_service
 from consolidator.settings import CleanupSettings, load_settings
+from consolidator.support.function_logging import configure_function_logging
 
 logger = Logger(service="consolidator-cleanup")
 metrics = Metrics(namespace="Consolidator", service="cleanup")

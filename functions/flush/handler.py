@@ -4,10 +4,10 @@ from functools import cache
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
-from consolidator.function_logging import configure_function_logging
 from consolidator.services.flush import FlushService
 from consolidator.services.flush_setup import build_flush_service
 from consolidator.settings import FlushSettings, load_settings
+from consolidator.support.function_logging import configure_function_logging
 
 logger = Logger(service="consolidator-flush")
 metrics = Metrics(namespace="Consolidator", service="flush")

@@ -4,9 +4,9 @@ from functools import cache
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
-from consolidator.function_logging import configure_function_logging
 from consolidator.services.ingest import IngestService, build_ingest_service
 from consolidator.settings import IngestSettings, load_settings
+from consolidator.support.function_logging import configure_function_logging
 
 logger = Logger(service="consolidator-ingest")
 metrics = Metrics(namespace="Consolidator", service="ingest")

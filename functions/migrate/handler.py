@@ -10,10 +10,10 @@ from functools import cache
 
 from aws_lambda_powertools import Logger
 
-from consolidator.clock import SystemClock
-from consolidator.function_logging import configure_function_logging
+from consolidator.rules.clock import SystemClock
 from consolidator.services.migrate import build_migration
 from consolidator.settings import MigrateSettings, load_settings
+from consolidator.support.function_logging import configure_function_logging
 
 logger = Logger(service="consolidator-migrate")
 configure_function_logging(logger)  # the SDK's loggers stay at WARNING or above

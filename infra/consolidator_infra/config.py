@@ -23,8 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from consolidator.rules.shape import parse_outputs, parse_payload
 from consolidator.settings import check_glue_format, check_windows, setting_field
-from consolidator.shape import parse_outputs, parse_payload
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
 
@@ -72,7 +72,7 @@ GLUE_REGISTRY_ARN = re.compile(r"^arn:aws[\w-]*:glue:([a-z0-9-]+):(\d{12}):regis
 
 class SchemaRegistryConfig(_Model):
     """The topic's values are in a schema registry's format (README: value formats). Either the
-    ingest function decodes them (``decode_in: function``: consolidator.formats, a
+    ingest function decodes them (``decode_in: function``: consolidator.sources.formats, a
     Confluent-compatible registry or Glue) or the event source mapping does (``event_source_mapping``:
     provisioned mode, which the mapping always uses here; it hands the function JSON values, and
     a record it cannot validate goes to the mapping's on-failure queue, never dropped)."""

@@ -18,7 +18,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from consolidator.errors import ConfigurationError
+from consolidator.rules.errors import ConfigurationError
 from consolidator.settings import (
     AckSettings,
     CleanupSettings,

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from chaos.checks import CHECKERS, CORRUPTIONS, Snapshot, corrupt, run_checks, self_test
-from consolidator.batch import Member, build_message, encode
 from consolidator.demo.check import Produced
-from consolidator.events import SourcePosition
-from consolidator.policy import FlushReason
+from consolidator.rules.batch import Member, build_message, encode
+from consolidator.rules.events import SourcePosition
+from consolidator.rules.policy import FlushReason
 
 T0 = 1_795_000_000_000
 

@@ -3,7 +3,10 @@ download at test time (the wheels come from the set-up)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -63,11 +66,28 @@ def test_check_bundle_refuses_spark_and_cdk(tmp_path):
         bundle.check_bundle(tmp_path)
 
 
-def test_code_hash_differs_per_function_and_ignores_spark_sources():
+def test_code_hash_differs_per_function_and_ignores_what_functions_do_not_import():
     assert bundle.code_hash("ingest") != bundle.code_hash("flush")
     assert bundle.code_hash("ingest") == bundle.code_hash("ingest")
-    sources = [p.relative_to(bundle.REPO).as_posix() for p in bundle._tree(bundle.REPO / "src" / "consolidator")]
-    assert sources and not any("/spark/" in s or "__pycache__" in s for s in sources)
+    sources = [p.relative_to(bundle.REPO / "src").as_posix() for p in bundle._tree(bundle.REPO / "src" / "consolidator")]
+    assert sources and not any(s.startswith(("consolidator/spark/", "consolidator/cli/", "consolidator/demo/"))
+                               or "__pycache__" in s for s in sources)
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in (bundle.REPO / "functions").glob("*/handler.py")))
+def test_a_handler_imports_only_what_the_bundle_ships(name):
+    """Importing the handler (and building what it builds at import) loads no part of the package
+    that ``FUNCTION_PACKAGES`` leaves out of the bundle."""
+    probe = ("import importlib.util, json, sys\n"
+             f"spec = importlib.util.spec_from_file_location('handler', {str(bundle.REPO / 'functions' / name / 'handler.py')!r})\n"
+             "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('consolidator.'))))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                            env={**os.environ, "AWS_DEFAULT_REGION": "eu-west-1", "POWERTOOLS_TRACE_DISABLED": "1"})
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded, result.stderr
+    outside = [m for m in loaded if m.split(".")[1] not in {p.removesuffix(".py") for p in bundle.FUNCTION_PACKAGES}]
+    assert not outside, f"functions/{name}/handler.py imports {outside}, which the bundle does not ship"
 
 
 def test_missing_handler_is_a_clear_error():

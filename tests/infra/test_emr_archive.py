@@ -32,7 +32,7 @@ def _archive(path: Path, *, link: str = "/usr/bin/python3.12", drop: str = "",
              extra: dict[str, bytes] | None = None, tag: str = "cp312-cp312-manylinux_2_17_aarch64") -> Path:
     """A small archive of the right layout (stub packages), altered as asked."""
     files = {"pyvenv.cfg": b"home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12\n",
-             SITE + "consolidator/spark/cli.py": b"",
+             SITE + "consolidator/cli/spark/commands.py": b"",
              SITE + "pyarrow/lib.so": ELF_AARCH64,
              SITE + "pyarrow-26.0.1.dist-info/WHEEL": f"Wheel-Version: 1.0\nTag: {tag}\n".encode(),
              SITE + "typer-0.29.2.dist-info/WHEEL": b"Wheel-Version: 1.0\nTag: py3-none-any\n"}

@@ -9,7 +9,7 @@ import pymysql
 import pytest
 
 from consolidator.demo.lambda_context import LocalLambdaContext
-from consolidator.errors import ConfigurationError
+from consolidator.rules.errors import ConfigurationError
 
 HANDLER = Path(__file__).resolve().parents[2] / "functions" / "migrate" / "handler.py"
 

@@ -19,7 +19,7 @@ import pymysql
 import pytest
 from support import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, sql
 
-from consolidator.batch import ack_token
+from consolidator.rules.batch import ack_token
 from consolidator.store.completion import SealedBatch
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 

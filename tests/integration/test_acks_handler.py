@@ -13,10 +13,10 @@ import pytest
 from moto import mock_aws
 from support import T0, sql
 
-from consolidator.batch import ack_token
-from consolidator.completion import Ack, completion_id
 from consolidator.consumer.acks import AckClient
 from consolidator.demo.lambda_context import LocalLambdaContext
+from consolidator.rules.batch import ack_token
+from consolidator.rules.completion import Ack, completion_id
 from consolidator.store.completion import SealedBatch
 
 ROOT = Path(__file__).resolve().parents[2]

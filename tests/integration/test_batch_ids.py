@@ -9,8 +9,8 @@ import logging
 from support import record, sql
 from test_flush import POLICY, RecordingSink, ingest, make_service
 
-from consolidator.batch import batch_id
-from consolidator.events import SourcePosition
+from consolidator.rules.batch import batch_id
+from consolidator.rules.events import SourcePosition
 
 
 class Metrics:

@@ -1,8 +1,8 @@
 """One reference for the buffer rules, and every other implementation proven equal to it.
 
-The reference: :class:`~consolidator.spark.buffer.PendingBuffer` (one group's PENDING rows: S1
+The reference: :class:`~consolidator.rules.buffer.PendingBuffer` (one group's PENDING rows: S1
 replays, S2 coalescing per item and month, S3 a claimed row leaves) with
-:func:`~consolidator.policy.plan_group` (claims, splits under the byte cap, rate limit, TTL), on
+:func:`~consolidator.rules.policy.plan_group` (claims, splits under the byte cap, rate limit, TTL), on
 the serverless tick schedule (:func:`~consolidator.spark.replay.simulate_group`).
 
 The variants, each fed the same random history and policy:
@@ -40,17 +40,18 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from support import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, order_value
 
-from consolidator.batch import build_message, encode
-from consolidator.clock import ManualClock
-from consolidator.events import FieldNames, KafkaRecord, decode
-from consolidator.policy import Policy, RateLimit, next_tick_ms
+from consolidator.rules.batch import build_message, encode
+from consolidator.rules.buffer import BufferedEvent
+from consolidator.rules.clock import ManualClock
+from consolidator.rules.events import FieldNames, KafkaRecord, decode
+from consolidator.rules.policy import Policy, RateLimit, next_tick_ms
+from consolidator.rules.simulation import simulate_group
 from consolidator.services.flush import FlushService
 from consolidator.services.ingest import IngestService
 from consolidator.sinks.deadletter import FileDeadLetter
-from consolidator.spark.buffer import BufferedEvent
 from consolidator.spark.columnar import make_chunk, simulate_chunk
 from consolidator.spark.pending import EVENT_SCHEMA, PendingTable
-from consolidator.spark.replay import simulate_group, simulate_group_fast
+from consolidator.spark.replay import simulate_group_fast
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 MONTH_END = 1_798_761_600_000  # 2027-01-01T00:00:00Z: histories straddle a bucket boundary

@@ -43,12 +43,12 @@ from test_buffer_rules import (  # noqa: F401
     shared,
 )
 
-from consolidator.clock import ManualClock
-from consolidator.events import FieldNames, KafkaRecord
-from consolidator.policy import Policy, RateLimit
+from consolidator.rules.clock import ManualClock
+from consolidator.rules.events import FieldNames, KafkaRecord
+from consolidator.rules.policy import Policy, RateLimit
+from consolidator.rules.shape import Shape, parse_outputs
 from consolidator.services.flush import FlushService
 from consolidator.services.ingest import IngestService
-from consolidator.shape import Shape, parse_outputs
 from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.spark.delivery import BATCH
 from consolidator.spark.packing import pack, unpack

@@ -10,8 +10,8 @@ import pytest
 from support import ROWS, STATE, T0, record, sql
 
 from consolidator.demo.lambda_context import LocalLambdaContext
-from consolidator.events import FieldNames, decode, months_after
-from consolidator.policy import FlushReason
+from consolidator.rules.events import FieldNames, decode, months_after
+from consolidator.rules.policy import FlushReason
 from consolidator.services.cleanup import CleanupService
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 from support import record, sql
 
-from consolidator.events import FieldNames, decode
-from consolidator.policy import MAX_RATE_PERIOD_MS, FlushReason, RateLimit
+from consolidator.rules.events import FieldNames, decode
+from consolidator.rules.policy import MAX_RATE_PERIOD_MS, FlushReason, RateLimit
 from consolidator.services.cleanup import CleanupService
 
 OCT_2026 = int(datetime(2026, 10, 15, tzinfo=UTC).timestamp() * 1000)  # bucket 202610, dropped in February

@@ -14,8 +14,8 @@ from support import ROWS, STATE, record, sql
 from typer.testing import CliRunner
 
 from consolidator.cli import app
-from consolidator.clock import SystemClock
-from consolidator.events import FieldNames, bucket_of, decode, months_after
+from consolidator.rules.clock import SystemClock
+from consolidator.rules.events import FieldNames, bucket_of, decode, months_after
 from consolidator.store.mysql import MySQLStore
 from consolidator.store.schema import _migrations
 
@@ -140,7 +140,7 @@ def test_partitions_drop_refuses_with_unsent_rows_and_says_how_many(env, migrate
     assert human.exit_code == 1 and "2 unsent" in human.stderr
     assert sql(migrated, "SELECT COUNT(*) AS n FROM buffer_rows")[0]["n"] == 2
 
-    from consolidator.policy import FlushReason
+    from consolidator.rules.policy import FlushReason
 
     batch = migrated.claim("WH-1", FlushReason.IDLE, 10, NOW)
     assert cli_json(env, "partitions", "drop", old, "--force", exit_code=1)["refused"][0]["unsent_rows"] == 2
@@ -211,13 +211,13 @@ def test_spark_subcommand_is_imported_lazily():
         "from consolidator.cli import app\n"
         "r = CliRunner().invoke(app, ['--help'])\n"
         "assert r.exit_code == 0 and 'spark' in r.output, r.output\n"
-        "assert 'consolidator.spark.cli' not in sys.modules and 'pyspark' not in sys.modules\n"
+        "assert 'consolidator.cli.spark.commands' not in sys.modules and 'pyspark' not in sys.modules\n"
         "r = CliRunner().invoke(app, ['spark', '--help'])\n"
         "print(r.exit_code)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    spark_cli_exists = (Path(__file__).resolve().parents[2] / "src/consolidator/spark/cli.py").exists()
+    spark_cli_exists = (Path(__file__).resolve().parents[2] / "src/consolidator/cli/spark/commands.py").exists()
     assert done.stdout.strip() == ("0" if spark_cli_exists else "2")
 
 
@@ -272,7 +272,7 @@ def test_flush_once_exits_1_when_publishing_fails(flush_env, migrated, tmp_path)
 
 
 def test_dlq_redrive_batches_republishes_dead_batches_once(flush_env, migrated, tmp_path):
-    from consolidator.policy import FlushReason
+    from consolidator.rules.policy import FlushReason
 
     idle_rows(migrated)
     batch = migrated.claim("WH-1", FlushReason.IDLE, 10, NOW)
@@ -296,7 +296,7 @@ def test_dlq_redrive_batches_republishes_dead_batches_once(flush_env, migrated, 
 def test_dlq_redrive_refuses_a_dead_batch_whose_rows_were_dropped(flush_env, migrated, tmp_path):
     """The cleanup drops the rows of DEAD batches with their partition: such a batch is left DEAD
     (reviving it would leave a CLAIMED batch no flush can publish), and the redrive says why."""
-    from consolidator.policy import FlushReason
+    from consolidator.rules.policy import FlushReason
 
     old = f"p{months_after(MONTH, -1)}"
     ingest(migrated, 1, "A1", timestamp_ms=LAST_MONTH_MS)
@@ -331,9 +331,9 @@ def test_spark_sub_app_is_mounted_with_its_commands_and_options(monkeypatch):
     def stream() -> None:
         calls.append("stream")
 
-    module = types.ModuleType("consolidator.spark.cli")
+    module = types.ModuleType("consolidator.cli.spark.commands")
     module.spark_app = fake
-    monkeypatch.setitem(sys.modules, "consolidator.spark.cli", module)
+    monkeypatch.setitem(sys.modules, "consolidator.cli.spark.commands", module)
     assert runner.invoke(app, ["spark", "replay", "in.jsonl", "--speed", "3"]).exit_code == 0
     assert calls == [("in.jsonl", 3)]
     assert runner.invoke(app, ["spark", "replay", "--bogus"]).exit_code == 2
@@ -344,8 +344,9 @@ def test_dlq_list_and_redrive_from_an_sqs_dead_letter(env, migrated, monkeypatch
     import boto3
     from moto import mock_aws
 
-    from consolidator.events import PoisonEvent
-    from consolidator.sinks.deadletter import SqsDeadLetter, poison_entry
+    from consolidator.rules.deadletter import poison_entry
+    from consolidator.rules.events import PoisonEvent
+    from consolidator.sinks.deadletter import SqsDeadLetter
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(name, "testing")

@@ -45,11 +45,11 @@ def test_batch_show_and_list_any_batch_with_its_members_and_filters(env, store, 
     position and the newest event their row keeps; filters by state, group and claim time."""
     import orjson
 
-    from consolidator.clock import ManualClock
-    from consolidator.events import FieldNames, KafkaRecord, decode
-    from consolidator.policy import Policy
+    from consolidator.rules.clock import ManualClock
+    from consolidator.rules.events import FieldNames, KafkaRecord, decode
+    from consolidator.rules.policy import Policy
+    from consolidator.rules.shape import Shape, parse_outputs
     from consolidator.services.flush import FlushService
-    from consolidator.shape import Shape, parse_outputs
     from consolidator.sinks.deadletter import FileDeadLetter
     from consolidator.sinks.file import FileSink
 

@@ -14,9 +14,10 @@ from support import MYSQL_HOST, MYSQL_PORT, REDIS_URL, record
 from typer.testing import CliRunner
 
 from consolidator.cli import app
-from consolidator.clock import SystemClock
-from consolidator.events import FieldNames, PoisonEvent, PoisonReason, decode
-from consolidator.sinks.deadletter import FileDeadLetter, poison_entry
+from consolidator.rules.clock import SystemClock
+from consolidator.rules.deadletter import poison_entry
+from consolidator.rules.events import FieldNames, PoisonEvent, PoisonReason, decode
+from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.store.mysql import MySQLStore
 
 runner = CliRunner()

@@ -10,7 +10,7 @@ import test_cli
 from support import sql
 from test_cli import cli, cli_json
 
-from consolidator.clock import SystemClock
+from consolidator.rules.clock import SystemClock
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = SystemClock().now_ms()

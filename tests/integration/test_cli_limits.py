@@ -7,8 +7,8 @@ import json
 import pytest
 from test_cli import NOW, cli, cli_json, env, flush_env, ingest, migrated  # noqa: F401 (fixtures)
 
-from consolidator.batch import iso_ms
-from consolidator.clock import SystemClock
+from consolidator.rules.batch import iso_ms
+from consolidator.rules.clock import SystemClock
 
 
 def test_limits_set_list_clear(env, migrated):  # noqa: F811

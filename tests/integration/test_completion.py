@@ -14,10 +14,10 @@ import pytest
 from support import sql
 from test_flush import VALIDATOR, RecordingSink, ingest, make_service, orders
 
-from consolidator.batch import iso_ms
-from consolidator.clock import ManualClock
-from consolidator.completion import Ack, completion_id, load_completion_schema
-from consolidator.policy import Policy
+from consolidator.rules.batch import iso_ms
+from consolidator.rules.clock import ManualClock
+from consolidator.rules.completion import Ack, completion_id, load_completion_schema
+from consolidator.rules.policy import Policy
 from consolidator.services.acks import AckService
 from consolidator.services.cleanup import CleanupService
 from consolidator.sinks.file import FileSink

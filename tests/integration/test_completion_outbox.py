@@ -12,8 +12,8 @@ from support import sql
 from test_completion import Metrics, ack_service
 from test_flush import RecordingSink
 
-from consolidator.batch import ack_token
-from consolidator.completion import Ack, completion_id
+from consolidator.rules.batch import ack_token
+from consolidator.rules.completion import Ack, completion_id
 from consolidator.services.acks import BAD_TOKEN, AckService
 from consolidator.store.completion import SealedBatch
 from consolidator.store.mysql import ConnectionParams, MySQLStore

@@ -15,8 +15,8 @@ from support import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, T0, reco
 from test_ingest_handler import load_handler
 
 from consolidator.demo.lambda_context import LocalLambdaContext
-from consolidator.errors import StoreRefused
-from consolidator.msk import event_from_records
+from consolidator.rules.errors import StoreRefused
+from consolidator.sources.msk import event_from_records
 from consolidator.store import open_store
 
 

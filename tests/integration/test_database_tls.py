@@ -13,7 +13,7 @@ import pymysql
 import pytest
 from support import MYSQL_HOST, MYSQL_PORT
 
-from consolidator.errors import StoreRefused
+from consolidator.rules.errors import StoreRefused
 from consolidator.store.connection import RDS_CA_BUNDLE
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 

@@ -22,11 +22,11 @@ from support import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, REDIS_UR
 from test_acks_handler import lambda_event, received
 from test_ingest_handler import load_handler
 
-from consolidator.clock import ManualClock
 from consolidator.consumer.acks import AckClient
 from consolidator.demo.lambda_context import LocalLambdaContext
-from consolidator.msk import event_from_records
+from consolidator.rules.clock import ManualClock
 from consolidator.services.cleanup import CleanupService
+from consolidator.sources.msk import event_from_records
 from consolidator.store import open_store
 from consolidator.store.users import GRANTS
 

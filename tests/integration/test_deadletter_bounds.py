@@ -16,15 +16,8 @@ from moto import mock_aws
 from support import ROWS, STATE, record, sql
 from test_flush import RecordingSink, ingest
 
-from consolidator.batch import Member
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
-from consolidator.msk import Rejected
-from consolidator.policy import Policy
-from consolidator.services.flush import FlushService
-from consolidator.services.ingest import IngestService
-from consolidator.sinks.deadletter import (
-    FileDeadLetter,
-    SqsDeadLetter,
+from consolidator.rules.batch import Member
+from consolidator.rules.deadletter import (
     dead_batch_entry,
     encode_entry,
     expired_entry,
@@ -32,6 +25,18 @@ from consolidator.sinks.deadletter import (
     poison_entry,
     rejected_entry,
 )
+from consolidator.rules.events import (
+    FieldNames,
+    KafkaRecord,
+    PoisonEvent,
+    PoisonReason,
+    Rejected,
+    SourcePosition,
+)
+from consolidator.rules.policy import Policy
+from consolidator.services.flush import FlushService
+from consolidator.services.ingest import IngestService
+from consolidator.sinks.deadletter import FileDeadLetter, SqsDeadLetter
 
 SQS_MAX = 256 * 1024
 REGION = "eu-west-1"

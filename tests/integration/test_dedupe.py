@@ -11,7 +11,7 @@ import redis
 from support import REDIS_URL
 
 from consolidator.consumer.dedupe import Outcome, RedisDedupe
-from consolidator.errors import LockUnavailable
+from consolidator.rules.errors import LockUnavailable
 
 
 @pytest.fixture

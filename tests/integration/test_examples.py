@@ -14,7 +14,7 @@ import pytest
 from support import REDIS_URL
 from test_cli import cli_json
 
-from consolidator.batch import load_schema, schema_name
+from consolidator.rules.batch import load_schema, schema_name
 
 ROOT = Path(__file__).resolve().parents[2]
 

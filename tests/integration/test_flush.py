@@ -14,15 +14,15 @@ import pytest
 import redis
 from support import REDIS_URL, ROWS, STATE, record, sql
 
-from consolidator.batch import load_schema
-from consolidator.clock import ManualClock
-from consolidator.events import FieldNames, KafkaRecord, decode
-from consolidator.lock import RedisLock
-from consolidator.policy import FlushReason, Policy, plan_batches
+from consolidator.rules.batch import load_schema
+from consolidator.rules.clock import ManualClock
+from consolidator.rules.events import FieldNames, KafkaRecord, decode
+from consolidator.rules.policy import FlushReason, Policy, plan_batches
 from consolidator.services.flush import FlushService
 from consolidator.sinks import OutgoingBatch
 from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sinks.file import FileSink
+from consolidator.store.lock import RedisLock
 from consolidator.store.mysql import MySQLStore
 
 POLICY = Policy(debounce_ms=300_000, hard_window_ms=1_800_000, max_batch_size=50, tick_interval_ms=30_000)

@@ -8,7 +8,7 @@ import threading
 from support import T0
 from test_flush import RecordingSink, assert_invariants, ingest, make_service, orders
 
-from consolidator.policy import Policy
+from consolidator.rules.policy import Policy
 from consolidator.store.mysql import MySQLStore
 
 EVENTS = 12_000

@@ -14,7 +14,7 @@ from support import REDIS_URL, record
 from test_flush import VALIDATOR, ingest
 
 from consolidator.demo.lambda_context import LocalLambdaContext
-from consolidator.errors import ConfigurationError
+from consolidator.rules.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from support import T0, record
 from test_flush import RecordingSink, assert_invariants, ingest, make_service
 
-from consolidator.policy import Policy
+from consolidator.rules.policy import Policy
 
 POLICY = Policy(debounce_ms=60_000, hard_window_ms=300_000, max_batch_size=100, tick_interval_ms=30_000)
 

@@ -16,8 +16,8 @@ import jsonschema
 from support import ROWS, STATE, T0, record, sql
 from test_flush import RecordingSink, ingest
 
-from consolidator.batch import load_schema
-from consolidator.policy import Policy, RateLimit
+from consolidator.rules.batch import load_schema
+from consolidator.rules.policy import Policy, RateLimit
 from consolidator.services.flush import FlushService
 from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.store.mysql import MySQLStore

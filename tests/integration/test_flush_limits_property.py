@@ -10,7 +10,7 @@ from support import T0, record, sql
 from test_flush import RecordingSink, ingest
 from test_flush_limits import assert_accounted, assert_rate, claim_times
 
-from consolidator.policy import Policy, RateLimit, next_tick_ms
+from consolidator.rules.policy import Policy, RateLimit, next_tick_ms
 from consolidator.services.flush import FlushService
 from consolidator.sinks.deadletter import FileDeadLetter
 

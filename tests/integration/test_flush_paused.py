@@ -10,7 +10,7 @@ import redis
 from support import REDIS_URL
 from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service, orders
 
-from consolidator.lock import RedisLock
+from consolidator.store.lock import RedisLock
 from consolidator.store.mysql import MySQLStore
 
 TTL_MS = 300

@@ -11,10 +11,10 @@ import pytest
 from support import record
 from test_flush import RecordingSink, make_service
 
-from consolidator.batch import load_schema, schema_name
-from consolidator.events import FieldNames, decode
-from consolidator.policy import Policy, RateLimit
-from consolidator.shape import Shape, parse_outputs
+from consolidator.rules.batch import load_schema, schema_name
+from consolidator.rules.events import FieldNames, decode
+from consolidator.rules.policy import Policy, RateLimit
+from consolidator.rules.shape import Shape, parse_outputs
 
 CAP = 4000
 SPEC = parse_outputs('[{"name": "n", "op": "count"}, {"name": "total", "op": "sum", "path": "amount"},'

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from moto import mock_aws
 from support import ROWS, STATE, T0, record, sql
 
-from consolidator.errors import StoreConflict
-from consolidator.events import FieldNames, PoisonReason, decode
-from consolidator.msk import event_from_records
-from consolidator.policy import FlushReason
+from consolidator.rules.errors import StoreConflict
+from consolidator.rules.events import FieldNames, PoisonReason, decode
+from consolidator.rules.policy import FlushReason
 from consolidator.services.ingest import IngestService
 from consolidator.sinks.deadletter import FileDeadLetter, SqsDeadLetter
+from consolidator.sources.msk import event_from_records
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 ALL_ROWS = "SELECT * FROM buffer_rows ORDER BY id"
@@ -126,8 +126,8 @@ def _model_apply(model: dict, seen: set, event, now: int) -> None:
 def test_s4_randomized_history_matches_reference_model(seed, store, dead_letter):
     """1,200 events with duplicates, replays, out-of-order partitions, month boundaries and
     claims in between: the table equals the reference model, one PENDING row per key."""
-    from consolidator.clock import ManualClock
-    from consolidator.events import decode
+    from consolidator.rules.clock import ManualClock
+    from consolidator.rules.events import decode
 
     for table in ("buffer_rows", "partition_offsets", "applied_positions", "batches"):
         sql(store, f"TRUNCATE TABLE {table}")

@@ -17,8 +17,8 @@ from support import sql
 from test_ingest_handler import load_handler
 
 from consolidator.demo.lambda_context import LocalLambdaContext
-from consolidator.errors import DeliveryError
-from consolidator.events import PoisonReason, SourcePosition
+from consolidator.rules.errors import DeliveryError
+from consolidator.rules.events import PoisonReason, SourcePosition
 
 REASONS = {str(r) for r in PoisonReason}
 TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")

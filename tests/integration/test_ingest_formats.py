@@ -16,13 +16,13 @@ from moto import mock_aws
 from schema_registry import LocalSchemaRegistry
 from support import record, sql
 
-from consolidator.events import FieldNames
-from consolidator.formats import RegistryValueDecoder
-from consolidator.formats.confluent import ConfluentRegistry
-from consolidator.msk import event_from_records
+from consolidator.rules.events import FieldNames
 from consolidator.services.ingest import IngestService, build_ingest_service
 from consolidator.settings import IngestSettings, load_settings
 from consolidator.sinks.deadletter import FileDeadLetter
+from consolidator.sources.formats import RegistryValueDecoder
+from consolidator.sources.formats.confluent import ConfluentRegistry
+from consolidator.sources.msk import event_from_records
 
 ROWS = "SELECT group_key, item_id, items, src_offset, merged_events FROM buffer_rows ORDER BY group_key, item_id"
 

@@ -10,7 +10,7 @@ import pytest
 from support import sql
 
 from consolidator.demo.lambda_context import LocalLambdaContext
-from consolidator.errors import ConfigurationError
+from consolidator.rules.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parents[2]
 

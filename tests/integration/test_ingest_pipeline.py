@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from support import T0, record, sql
 
-from consolidator.errors import StoreError
-from consolidator.events import FieldNames, PoisonEvent, decode
-from consolidator.msk import event_from_records
+from consolidator.rules.errors import StoreError
+from consolidator.rules.events import FieldNames, PoisonEvent, decode
 from consolidator.services.ingest import IngestService
 from consolidator.sinks.deadletter import FileDeadLetter
+from consolidator.sources.msk import event_from_records
 
 ROWS = ("SELECT bucket, group_key, item_id, status, pos_key, src_topic, src_partition, src_offset, record_ts_ms,"
         " items, merged_events, first_seen_ms, last_update_ms, batch_id FROM buffer_rows"

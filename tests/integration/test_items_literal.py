@@ -8,8 +8,8 @@ import orjson
 import pytest
 from support import T0
 
-from consolidator.events import Event, SourcePosition
-from consolidator.shape import EventView, stored_items
+from consolidator.rules.events import Event, SourcePosition
+from consolidator.rules.shape import EventView, stored_items
 
 AWKWARD = ["it's", "a\\b", "\\'", "''", "\\", "\\\\%_", "\\n", "\x00\n\r\t\x1a\x7f\"", "é😀\u2028", "%_", "\\0"]
 

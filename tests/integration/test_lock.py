@@ -9,8 +9,8 @@ import pytest
 import redis
 from support import REDIS_URL
 
-from consolidator.errors import LockUnavailable
-from consolidator.lock import RedisLock
+from consolidator.rules.errors import LockUnavailable
+from consolidator.store.lock import RedisLock
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import redis
 from support import REDIS_URL, record
 
 from consolidator.demo.lambda_context import LocalLambdaContext
-from consolidator.events import FieldNames, decode
+from consolidator.rules.events import FieldNames, decode
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def test_every_metric_carries_the_environment_dimension(env, store, capsys, func
 
 
 def test_environment_setting_is_checked(monkeypatch, database_url):
-    from consolidator.errors import ConfigurationError
+    from consolidator.rules.errors import ConfigurationError
     from consolidator.settings import CleanupSettings, load_settings
 
     monkeypatch.setenv("CONSOLIDATOR_DATABASE_URL", database_url)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from support import ROWS, STATE, T0, record, sql
 
-from consolidator.events import FieldNames, bucket_of, decode
-from consolidator.policy import FlushReason
+from consolidator.rules.events import FieldNames, bucket_of, decode
+from consolidator.rules.policy import FlushReason
 from consolidator.store import schema
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 

@@ -30,9 +30,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from support import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, T0, order_value
 
-from consolidator.clock import ManualClock
-from consolidator.events import FieldNames, KafkaRecord, SourcePosition, bucket_of, months_after
-from consolidator.policy import Policy
+from consolidator.rules.clock import ManualClock
+from consolidator.rules.events import (
+    FieldNames,
+    KafkaRecord,
+    SourcePosition,
+    bucket_of,
+    months_after,
+)
+from consolidator.rules.policy import Policy
 from consolidator.services.cleanup import CleanupService
 from consolidator.services.flush import FlushService
 from consolidator.services.ingest import IngestService

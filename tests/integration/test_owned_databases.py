@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from consolidator.cli import app
 from consolidator.demo.config import DemoConfig
 from consolidator.demo.runner import DEMO_CREATOR, demo_database_url
-from consolidator.errors import DatabaseNotOwned
+from consolidator.rules.errors import DatabaseNotOwned
 from consolidator.store.databases import (
     create_owned_database,
     drop_owned_database,

@@ -13,8 +13,8 @@ import pytest
 from moto import mock_aws
 from support import T0, record, sql
 
-from consolidator.events import FieldNames, decode
-from consolidator.policy import FlushReason
+from consolidator.rules.events import FieldNames, decode
+from consolidator.rules.policy import FlushReason
 from consolidator.services.ingest import IngestService
 from consolidator.services.redrive import redrive_poison
 from consolidator.sinks.deadletter import FileDeadLetter, SqsDeadLetter
@@ -155,7 +155,7 @@ def test_redrive_applies_fixed_poison_under_its_position_exactly_once(service, s
 
 
 def _ledger_row(store, topic: str, partition: int, offset: int) -> None:
-    from consolidator.events import SourcePosition
+    from consolidator.rules.events import SourcePosition
 
     sql(store, "INSERT INTO ingested_positions (pos_key, bucket, ingest_marker) VALUES (%s, 202611, 1)",
         (SourcePosition(topic, partition, offset).sort_key(),))

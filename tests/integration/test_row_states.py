@@ -15,10 +15,10 @@ from test_cleanup import FEB_2027, ingest_october
 from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service, orders
 from test_flush_crash import Crash, CrashingStore
 
-from consolidator.batch import batch_id_v1
-from consolidator.errors import StoreError
-from consolidator.events import FieldNames, SourcePosition, bucket_of, decode
-from consolidator.policy import FlushReason
+from consolidator.rules.batch import batch_id_v1
+from consolidator.rules.errors import StoreError
+from consolidator.rules.events import FieldNames, SourcePosition, bucket_of, decode
+from consolidator.rules.policy import FlushReason
 from consolidator.services.cleanup import CleanupService
 from consolidator.store import schema
 from consolidator.store.mysql import ConnectionParams, MySQLStore

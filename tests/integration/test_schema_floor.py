@@ -7,7 +7,7 @@ import pytest
 from support import T0
 from test_cli import cli, cli_json, env  # noqa: F401 - the CLI fixture
 
-from consolidator.errors import SchemaOutdated
+from consolidator.rules.errors import SchemaOutdated
 from consolidator.store import open_store, schema
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 

@@ -29,10 +29,10 @@ from moto import mock_aws
 from support import record
 from test_flush import ingest
 
-from consolidator.clock import ManualClock
 from consolidator.demo.lambda_context import LocalLambdaContext
-from consolidator.function_logging import SDK_LOGGERS
+from consolidator.rules.clock import ManualClock
 from consolidator.store.mysql import ConnectionParams, MySQLStore
+from consolidator.support.function_logging import SDK_LOGGERS
 
 ROOT = Path(__file__).resolve().parents[2]
 DB_PASSWORD = f"db-pw-{uuid.uuid4().hex}"

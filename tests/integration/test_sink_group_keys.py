@@ -14,7 +14,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from consolidator.events import MAX_KEY_CHARS, FieldNames, KafkaRecord, decode
+from consolidator.rules.events import MAX_KEY_CHARS, FieldNames, KafkaRecord, decode
 from consolidator.sinks import OutgoingBatch
 from consolidator.sinks.sqs import SqsSink
 from consolidator.sinks.sqs_text import is_group_id, is_sqs_text

@@ -12,18 +12,19 @@ from moto import mock_aws
 from support import record
 from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service
 
-from consolidator.batch import Member, build_message, encode, fit_claims
-from consolidator.errors import ConfigurationError
-from consolidator.events import FieldNames, SourcePosition, decode
-from consolidator.policy import FlushReason, Policy
+from consolidator.rules.batch import Member, build_message, encode, fit_claims
+from consolidator.rules.buffer import PendingBuffer
+from consolidator.rules.deadletter import dead_batch_entry
+from consolidator.rules.errors import ConfigurationError
+from consolidator.rules.events import FieldNames, SourcePosition, decode
+from consolidator.rules.policy import FlushReason, Policy
 from consolidator.services.flush_setup import batch_bytes_cap
 from consolidator.sinks import OutgoingBatch, sink_from_url
-from consolidator.sinks.deadletter import SqsDeadLetter, dead_batch_entry
+from consolidator.sinks.deadletter import SqsDeadLetter
 from consolidator.sinks.eventbridge import MAX_REQUEST_BYTES, EventBridgeSink
 from consolidator.sinks.file import FileSink
 from consolidator.sinks.kafka import KEY_AND_HEADER_BYTES, KafkaSink
 from consolidator.sinks.sqs import SqsSink
-from consolidator.spark.buffer import PendingBuffer
 
 REGION = "us-east-1"
 KIB = 1024

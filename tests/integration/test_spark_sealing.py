@@ -9,11 +9,11 @@ import json
 import pytest
 from support import T0, record
 
-from consolidator.batch import Member, build_message, encode
-from consolidator.completion import Ack
-from consolidator.errors import DeliveryError
-from consolidator.events import FieldNames, decode
-from consolidator.policy import FlushReason
+from consolidator.rules.batch import Member, build_message, encode
+from consolidator.rules.completion import Ack
+from consolidator.rules.errors import DeliveryError
+from consolidator.rules.events import FieldNames, decode
+from consolidator.rules.policy import FlushReason
 from consolidator.services.acks import AckService
 from consolidator.sinks import sink_from_url
 from consolidator.spark.delivery import BATCH, close_destinations, deliver_partition

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from consolidator.clock import ManualClock
-from consolidator.events import FieldNames, KafkaRecord
-from consolidator.policy import Policy, RateLimit, next_tick_ms
+from consolidator.rules.clock import ManualClock
+from consolidator.rules.events import FieldNames, KafkaRecord
+from consolidator.rules.policy import Policy, RateLimit, next_tick_ms
 from consolidator.services.flush import FlushService
 from consolidator.services.ingest import IngestService
 from consolidator.sinks import sink_from_url
@@ -170,8 +170,8 @@ def test_renamed_fields_and_environment_policy_give_identical_batches_on_both_en
     command, options unset) decode the same events and publish the same batches."""
     from typer.testing import CliRunner
 
+    from consolidator.cli.spark.commands import spark_app
     from consolidator.settings import IngestSettings, PolicySettings, load_settings
-    from consolidator.spark.cli import spark_app
 
     for name in [n for n in os.environ if n.startswith("CONSOLIDATOR_")]:
         monkeypatch.delenv(name)
@@ -219,7 +219,7 @@ def big_history() -> list[KafkaRecord]:
 @pytest.mark.parametrize("policy", [POLICY, dataclasses.replace(POLICY, max_batch_size=10, max_batch_bytes=100_000)],
                          ids=["columnar", "reference"])
 def test_identical_batches_split_where_a_sum_would_pass_int64(spark, store, tmp_path, policy):
-    from consolidator.events import MAX_QUANTITY
+    from consolidator.rules.events import MAX_QUANTITY
     from consolidator.spark.replay import NamedPolicy, replay
     from consolidator.spark.transforms import records as to_records
 

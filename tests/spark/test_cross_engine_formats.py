@@ -11,8 +11,8 @@ from format_values import ORDER_V2, avro_body, avro_serializer, confluent
 from schema_registry import LocalSchemaRegistry
 from test_cross_engine import POLICY, history, serverless
 
-from consolidator.events import KafkaRecord
-from consolidator.formats import ValueFormat
+from consolidator.rules.events import KafkaRecord
+from consolidator.sources.formats import ValueFormat
 
 pytestmark = pytest.mark.spark
 
@@ -83,8 +83,8 @@ def test_avro_input_gives_identical_batches_and_poison_on_both_engines(spark, re
 def test_the_stream_decodes_avro_records_as_the_lambda_path_does(spark, registry):
     """The streaming job's decode step (``packed_records``: every registry-format value decoded in
     the Python workers) gives each record the Lambda path's group key, item id, items or poison."""
-    from consolidator.events import FieldNames, PoisonEvent
-    from consolidator.formats import decode_event
+    from consolidator.rules.events import FieldNames, PoisonEvent
+    from consolidator.sources.formats import decode_event
     from consolidator.spark.packing import POISON_GROUP, unpack
     from consolidator.spark.streaming import packed_records
     from consolidator.spark.transforms import records as to_records

@@ -12,8 +12,8 @@ import pytest
 from random_shapes import random_history, random_shape
 from test_cross_engine import START, serverless
 
-from consolidator.events import FieldNames
-from consolidator.policy import Policy, RateLimit
+from consolidator.rules.events import FieldNames
+from consolidator.rules.policy import Policy, RateLimit
 
 pytestmark = pytest.mark.spark
 

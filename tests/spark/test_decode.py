@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, decode
+from consolidator.rules.events import FieldNames, KafkaRecord, PoisonEvent, decode
 
 pytestmark = pytest.mark.spark
 
@@ -229,7 +229,7 @@ def test_quantities_and_sums_beyond_int64_are_poison_on_both_engines(spark, deco
 
 
 def test_the_fast_path_reads_fewer_digits_where_more_items_fit():
-    from consolidator.events import MAX_QUANTITY
+    from consolidator.rules.events import MAX_QUANTITY
     from consolidator.spark.transforms import fast_schema, quantity_digits
 
     for max_bytes in (100, 4096, 262_144, 1 << 20, 100_000_000):

@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from consolidator.batch import batch_id
-from consolidator.events import SourcePosition
-from consolidator.policy import FlushReason, Policy
-from consolidator.spark.buffer import BufferedEvent
-from consolidator.spark.replay import NamedPolicy, policy_grid, policy_name, simulate_group
+from consolidator.rules.batch import batch_id
+from consolidator.rules.buffer import BufferedEvent
+from consolidator.rules.events import SourcePosition
+from consolidator.rules.policy import FlushReason, Policy
+from consolidator.rules.simulation import simulate_group
+from consolidator.spark.replay import NamedPolicy, policy_grid, policy_name
 
 B = 1_794_999_990_000  # a multiple of 30 s, so ticks fall on B + k * 30 s
 S = 1000
@@ -78,8 +79,9 @@ def test_simulation_ticks_until_nothing_is_pending():
 
 @pytest.mark.spark
 def test_replay_of_a_hand_checked_history(spark, tmp_path):
+    from consolidator.cli.spark.report import write_report
+    from consolidator.spark.figures import compute_figures
     from consolidator.spark.replay import replay, write_outputs
-    from consolidator.spark.report import compute_figures, write_report
     from consolidator.spark.transforms import read_record_files
 
     source = tmp_path / "history.jsonl"

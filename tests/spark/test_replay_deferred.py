@@ -11,8 +11,8 @@ import orjson
 import pytest
 from random_shapes import random_history, random_shape
 
-from consolidator.events import FieldNames
-from consolidator.policy import Policy
+from consolidator.rules.events import FieldNames
+from consolidator.rules.policy import Policy
 from consolidator.spark.shards import POISON_GROUP
 
 pytestmark = pytest.mark.spark

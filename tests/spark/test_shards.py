@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from consolidator.events import SourcePosition
-from consolidator.policy import Policy, RateLimit
-from consolidator.spark.buffer import BufferedEvent, PendingBuffer
+from consolidator.rules.buffer import BufferedEvent, PendingBuffer
+from consolidator.rules.events import SourcePosition
+from consolidator.rules.policy import Policy, RateLimit
 from consolidator.spark.shards import Shard, ShardMismatch
 
 POLICIES = [

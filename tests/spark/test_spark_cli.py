@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from consolidator.spark.cli import spark_app
+from consolidator.cli.spark.commands import spark_app
 
 runner = CliRunner()
 

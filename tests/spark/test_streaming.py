@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from consolidator.batch import batch_id
-from consolidator.events import SourcePosition
-from consolidator.policy import Policy
+from consolidator.rules.batch import batch_id
+from consolidator.rules.events import SourcePosition
+from consolidator.rules.policy import Policy
 from consolidator.spark.delivery import BatchWriter
 from consolidator.spark.streaming import StreamConfig, start
 
@@ -232,7 +232,7 @@ def test_state_is_one_row_per_shard_not_per_group(spark, kafka, tmp_path):
 def test_a_restart_under_another_kind_of_policy_keeps_the_pending_rows(spark, kafka, tmp_path):
     """A plain policy keeps a shard's rows as columns, a rate-limited one per group: a restart
     from the same checkpoint with the other kind converts the stored rows, losing none."""
-    from consolidator.policy import RateLimit
+    from consolidator.rules.policy import RateLimit
 
     topic = kafka.topic("orders")
     out = tmp_path / "batches.jsonl"
@@ -269,8 +269,8 @@ def test_a_restart_under_another_kind_of_policy_keeps_the_pending_rows(spark, ka
 def test_a_generic_shape_streams_version_2_batches_with_each_members_event(spark, kafka, tmp_path):
     """Issue 22: the streaming job decodes with the shape of its field names and builds the
     version 2 message as the flush does (members with item id and event, aggregates)."""
-    from consolidator.events import FieldNames
-    from consolidator.shape import Shape, parse_outputs
+    from consolidator.rules.events import FieldNames
+    from consolidator.rules.shape import Shape, parse_outputs
 
     shape = Shape(parse_outputs('[{"name": "users", "op": "count"}, {"name": "spent", "op": "sum", "path": "amount"},'
                                 ' {"name": "last_page", "op": "last", "path": "page"}]'), full_payload=True)

@@ -12,7 +12,7 @@ import time
 import pytest
 from test_streaming import now_ms, order, read_lines, wait_for
 
-from consolidator.policy import Policy
+from consolidator.rules.policy import Policy
 from consolidator.spark.streaming import StreamConfig, start
 
 pytestmark = pytest.mark.spark
@@ -83,7 +83,7 @@ def test_stream_reads_record_files_as_they_appear_in_a_directory(spark, tmp_path
 def test_stream_takes_kafka_or_an_input_directory_checked_before_spark_starts(tmp_path):
     from typer.testing import CliRunner
 
-    from consolidator.spark.cli import spark_app
+    from consolidator.cli.spark.commands import spark_app
 
     common = ["stream", "--sink-url", f"file://{tmp_path / 'b.jsonl'}", "--dead-letter-url",
               f"file://{tmp_path / 'd.jsonl'}", "--checkpoint", str(tmp_path / "ckpt")]

@@ -7,7 +7,7 @@ import random
 
 import orjson
 
-from consolidator.batch import (
+from consolidator.rules.batch import (
     Member,
     MessageOptions,
     _newest_per_item,
@@ -18,9 +18,9 @@ from consolidator.batch import (
     message_bytes,
     split_to_fit,
 )
-from consolidator.events import MAX_QUANTITY, SourcePosition
-from consolidator.policy import FlushReason, Policy
-from consolidator.shape import EventView, Shape, aggregate, parse_outputs, within_int64
+from consolidator.rules.events import MAX_QUANTITY, SourcePosition
+from consolidator.rules.policy import FlushReason, Policy
+from consolidator.rules.shape import EventView, Shape, aggregate, parse_outputs, within_int64
 
 BIG = 2**62
 

@@ -1,5 +1,5 @@
 """The cyclic garbage collector is paused over a flush claim and back on after it
-(``consolidator.collector``), whatever the claim raises; a collector the caller turned off stays off."""
+(``consolidator.support.collector``), whatever the claim raises; a collector the caller turned off stays off."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from consolidator.collector import collector_paused
+from consolidator.support.collector import collector_paused
 
 
 @pytest.fixture(autouse=True)

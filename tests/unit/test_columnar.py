@@ -15,12 +15,12 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from consolidator.batch import encode
-from consolidator.events import MAX_QUANTITY, SourcePosition
-from consolidator.policy import FlushReason, Policy
-from consolidator.spark.buffer import BufferedEvent
+from consolidator.rules.batch import encode
+from consolidator.rules.buffer import BufferedEvent
+from consolidator.rules.events import MAX_QUANTITY, SourcePosition
+from consolidator.rules.policy import FlushReason, Policy
+from consolidator.rules.simulation import simulate_group
 from consolidator.spark.columnar import make_chunk, simulate_chunk
-from consolidator.spark.replay import simulate_group
 
 MONTH_END = 1_798_761_600_000  # 2027-01-01T00:00:00Z: histories straddle a bucket boundary
 
@@ -88,7 +88,7 @@ def test_columnar_simulation_equals_the_reference(history, policy):
 
 
 def test_message_times_are_iso_ms_also_outside_the_years_numpy_writes_alike():
-    from consolidator.batch import iso_ms
+    from consolidator.rules.batch import iso_ms
     from consolidator.spark.columnar import _iso
 
     moments = [0, -1, 1_798_761_599_999, -30_610_224_000_001, -30_610_224_000_000, 253_402_300_799_999,

@@ -17,16 +17,16 @@ import pyarrow as pa
 import pytest
 from random_shapes import random_history, random_shape
 
-from consolidator.batch import encode
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, decode
-from consolidator.policy import FlushReason, Policy
-from consolidator.shape import Shape, parse_outputs, stored_text
-from consolidator.shape_bounds import int64_safe
-from consolidator.spark.buffer import BufferedEvent
+from consolidator.rules.batch import encode
+from consolidator.rules.buffer import BufferedEvent
+from consolidator.rules.events import FieldNames, KafkaRecord, PoisonEvent, decode
+from consolidator.rules.policy import FlushReason, Policy
+from consolidator.rules.shape import Shape, parse_outputs, stored_text
+from consolidator.rules.shape_bounds import int64_safe
+from consolidator.rules.simulation import simulate_group
 from consolidator.spark.columnar import make_chunk, parse_items
 from consolidator.spark.columnar_shape import is_plain_shaped, simulate_chunk_shaped
 from consolidator.spark.decode_shape import decode_kept
-from consolidator.spark.replay import simulate_group
 
 MONTH_END = 1_798_761_600_000  # 2027-01-01T00:00:00Z
 

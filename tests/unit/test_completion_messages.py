@@ -7,8 +7,14 @@ import hashlib
 import jsonschema
 import pytest
 
-from consolidator.batch import Member, ack_token, ack_token_matches, build_message, load_schema
-from consolidator.completion import (
+from consolidator.rules.batch import (
+    Member,
+    ack_token,
+    ack_token_matches,
+    build_message,
+    load_schema,
+)
+from consolidator.rules.completion import (
     Ack,
     AckFormatError,
     acked_indexes,
@@ -20,9 +26,9 @@ from consolidator.completion import (
     parse_ack,
     set_bits,
 )
-from consolidator.errors import ConfigurationError
-from consolidator.events import SourcePosition
-from consolidator.policy import FlushReason
+from consolidator.rules.errors import ConfigurationError
+from consolidator.rules.events import SourcePosition
+from consolidator.rules.policy import FlushReason
 from consolidator.settings import AckSettings, FlushSettings, load_settings
 
 BATCH = "4f1c0d2b9a8e7f6a5b4c3d2e1f0a9b8c"

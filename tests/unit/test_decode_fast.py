@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consolidator import events
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, decode, decode_exact
+from consolidator.rules import events
+from consolidator.rules.events import FieldNames, KafkaRecord, PoisonEvent, decode, decode_exact
 
 NAMES = FieldNames()
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import orjson
 import pytest
 from random_shapes import random_history, random_shape
 
-from consolidator.events import FieldNames
-from consolidator.shape import Shape, parse_outputs
+from consolidator.rules.events import FieldNames
+from consolidator.rules.shape import Shape, parse_outputs
 from consolidator.spark.decode_shape import decode_shaped
 from consolidator.spark.transforms import decode_value
 

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from random_shapes import random_history, random_shape
 
-from consolidator import events
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, decode, decode_exact
-from consolidator.shape import Shape, parse_outputs
+from consolidator.rules import events
+from consolidator.rules.events import FieldNames, KafkaRecord, PoisonEvent, decode, decode_exact
+from consolidator.rules.shape import Shape, parse_outputs
 
 LIMIT = 4_096
 

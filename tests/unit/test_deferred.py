@@ -13,9 +13,9 @@ import pytest
 from random_shapes import random_history, random_shape
 from test_decode_shape import _odd_values
 
-from consolidator.events import FieldNames
-from consolidator.shape import EventView, payload_of, stored_items
-from consolidator.shape_bounds import looked_values
+from consolidator.rules.events import FieldNames
+from consolidator.rules.shape import EventView, payload_of, stored_items
+from consolidator.rules.shape_bounds import looked_values
 from consolidator.spark.deferred import BrokenClaim, decode_deferred
 from consolidator.spark.shards import POISON_GROUP
 from consolidator.spark.transforms import DECODED_SCHEMA, decode_value

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from consolidator.events import (
+from consolidator.rules.events import (
     FieldNames,
     KafkaRecord,
     PoisonEvent,

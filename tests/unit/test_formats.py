@@ -1,4 +1,4 @@
-"""Value formats (consolidator.formats) against a local Confluent-compatible registry on
+"""Value formats (consolidator.sources.formats) against a local Confluent-compatible registry on
 127.0.0.1 and moto's Glue: real Avro, Protobuf and JSON Schema encodings, the poison classes,
 registry outages, schema caching and schema evolution."""
 
@@ -27,10 +27,10 @@ from moto import mock_aws
 from schema_registry import LocalSchemaRegistry
 from support import record
 
-from consolidator.events import FieldNames, PoisonEvent, decode
-from consolidator.formats import RegistryUnavailable, RegistryValueDecoder, decode_event
-from consolidator.formats.confluent import ConfluentRegistry
-from consolidator.formats.glue import GlueRegistry
+from consolidator.rules.events import FieldNames, PoisonEvent, decode
+from consolidator.sources.formats import RegistryUnavailable, RegistryValueDecoder, decode_event
+from consolidator.sources.formats.confluent import ConfluentRegistry
+from consolidator.sources.formats.glue import GlueRegistry
 
 NAMES = FieldNames()
 LIMIT = 256 * 1024

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consolidator.errors import ConfigurationError
+from consolidator.rules.errors import ConfigurationError
 from consolidator.settings import IngestSettings, ReplaySettings, StreamSettings, load_settings
 
 BASE = {"DATABASE_URL": "mysql://root:@127.0.0.1:3306/x", "DEAD_LETTER_URL": "file:///tmp/dlq.jsonl"}

@@ -45,8 +45,10 @@ def test_the_contracts_hold(copy):
 @pytest.mark.parametrize(("module", "statement", "broken"), [
     ("consolidator.store.rate", "from consolidator.services import ingest",
      "consolidator.store is not allowed to import consolidator.services"),
-    ("consolidator.policy", "from consolidator.store import rate",
-     "consolidator.policy is not allowed to import consolidator.store"),
+    ("consolidator.rules.policy", "from consolidator.store import rate",
+     "consolidator.rules is not allowed to import consolidator.store"),
+    ("consolidator.rules.shape", "from consolidator.rules import batch",
+     "consolidator.rules.shape is not allowed to import consolidator.rules.batch"),
     ("consolidator.spark.transforms", "from consolidator.spark import packing", "No cycles are allowed in consolidator.spark"),
     ("consolidator_infra.nag", "from consolidator_infra import stack", "No cycles are allowed in consolidator_infra"),
     ("consolidator.services.flush", "from consolidator.consumer import dedupe", "consolidator.consumer"),

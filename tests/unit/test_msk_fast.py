@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consolidator.msk import MAX_OFFSET, MAX_PARTITION, MAX_TIMESTAMP_MS, parse_event
+from consolidator.sources.msk import MAX_OFFSET, MAX_PARTITION, MAX_TIMESTAMP_MS, parse_event
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = {"topic": "orders", "partition": 1, "offset": 5, "timestamp": 1_795_000_000_000,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consolidator.events import SourcePosition
+from consolidator.rules.events import SourcePosition
 from consolidator.services.ingest import PartitionCut
 
 positions = st.builds(SourcePosition, st.sampled_from(["orders", "refunds"]), st.integers(0, 2), st.integers(0, 50))

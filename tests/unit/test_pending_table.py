@@ -10,9 +10,9 @@ import random
 import pyarrow as pa
 import pytest
 
-from consolidator.events import SourcePosition
-from consolidator.policy import Policy
-from consolidator.spark.buffer import BufferedEvent
+from consolidator.rules.buffer import BufferedEvent
+from consolidator.rules.events import SourcePosition
+from consolidator.rules.policy import Policy
 from consolidator.spark.columnar import parse_items
 from consolidator.spark.pending import EVENT_SCHEMA, PendingTable
 from consolidator.spark.shards import Shard
@@ -115,7 +115,7 @@ def test_an_empty_table_stores_nothing():
 
 def generic(batches) -> list:
     """The history with each event's items replaced by what a generic shape keeps (issue 22)."""
-    from consolidator.shape import EventView, stored_text
+    from consolidator.rules.shape import EventView, stored_text
 
     return [(now, [(*e[:6], stored_text(EventView({"n": len(e[6]), "tags": [e[5], None], "x": {"y": 1.5}})))
                    for e in events]) for now, events in batches]

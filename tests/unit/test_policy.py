@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from consolidator.clock import ManualClock
-from consolidator.policy import (
+from consolidator.rules.clock import ManualClock
+from consolidator.rules.policy import (
     FlushReason,
     GroupStats,
     Policy,

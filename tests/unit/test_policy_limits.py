@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consolidator.policy import (
+from consolidator.rules.policy import (
     FlushReason,
     Policy,
     RateLimit,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from consolidator.redact import masked
 from consolidator.sinks import sink_from_url
 from consolidator.sinks.deadletter import dead_letter_from_url
 from consolidator.store.connection import ConnectionParams
+from consolidator.support.redact import masked
 
 SECRET = "hunter2-s3cr3t"
 

@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from consolidator.spark.report import InputSummary, PolicyFigures, recommend, write_report
+from consolidator.cli.spark.report import recommend, write_report
+from consolidator.spark.figures import InputSummary, PolicyFigures
 
 BASE = PolicyFigures(
     policy="", debounce_ms=300_000, hard_window_ms=1_800_000, max_batch_size=500, tick_interval_ms=30_000,
@@ -63,7 +64,7 @@ def test_policies_by_short_id_with_a_key_the_dominated_ones_and_the_worst_groups
 
 
 def test_a_near_tie_is_called_out():
-    from consolidator.spark.report import recommendation_text
+    from consolidator.cli.spark.report import recommendation_text
 
     figures = [*FIGURES, replace(BASE, policy="d550s-h3600s-n500-t30s", compaction_ratio=8.9, latency_p95_ms=800_000.0)]
     text = recommendation_text(figures, 10**9)
@@ -78,7 +79,7 @@ def test_chart_labels_never_overlap():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from consolidator.spark.report_chart import _place_labels
+    from consolidator.cli.spark.report_chart import _place_labels
 
     fig, axis = plt.subplots(figsize=(10, 6))
     points = [(5.0 + i * 0.02, 300.0 + (i % 3) * 2, f"P{i + 1}") for i in range(8)]  # a tight cluster

@@ -1,6 +1,6 @@
 import pytest
 
-from consolidator.errors import ConfigurationError
+from consolidator.rules.errors import ConfigurationError
 from consolidator.settings import CleanupSettings, FlushSettings, IngestSettings, load_settings
 
 BASE = {

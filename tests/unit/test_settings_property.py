@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consolidator.errors import ConfigurationError
+from consolidator.rules.errors import ConfigurationError
 from consolidator.settings import FlushSettings, IngestSettings, load_settings
 from consolidator.sinks.deadletter import dead_letter_from_url
 from consolidator.store.connection import ConnectionParams
@@ -242,8 +242,8 @@ def test_any_spark_option_is_usable_or_one_usage_error_naming_it(data, capsys, c
     """The replay grid and the stream's setting options, as the commands build them."""
     import typer
 
+    from consolidator.cli.spark.commands import _settings, replay_grid
     from consolidator.settings import ReplaySettings, StreamSettings
-    from consolidator.spark.cli import _settings, replay_grid
 
     option = data.draw(st.sampled_from(["debounce_seconds", "hard_window_seconds", "max_batch_size",
                                         "event_ttl_seconds", "rate_limit", "tick_interval_seconds",

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consolidator.batch import (
+from consolidator.rules.batch import (
     Member,
     MessageOptions,
     build_message,
@@ -20,7 +20,7 @@ from consolidator.batch import (
     schema_name,
     split_to_fit,
 )
-from consolidator.events import (
+from consolidator.rules.events import (
     FieldNames,
     KafkaRecord,
     PoisonEvent,
@@ -28,9 +28,8 @@ from consolidator.events import (
     SourcePosition,
     decode,
 )
-from consolidator.policy import FlushReason
-from consolidator.settings import ConfigurationError, IngestSettings, load_settings
-from consolidator.shape import (
+from consolidator.rules.policy import FlushReason
+from consolidator.rules.shape import (
     EventView,
     Shape,
     ShapeError,
@@ -41,6 +40,7 @@ from consolidator.shape import (
     stored_items,
     stored_text,
 )
+from consolidator.settings import ConfigurationError, IngestSettings, load_settings
 
 SENSORS = parse_outputs(orjson.dumps([
     {"name": "readings", "op": "count"},
@@ -216,7 +216,7 @@ def test_every_message_fits_the_cap_on_its_exact_bytes_and_validates_against_the
 
 
 def test_an_expired_row_of_a_generic_shape_carries_its_kept_event_bounded():
-    from consolidator.sinks.deadletter_entries import MAX_ITEMS_CHARS, expired_entry
+    from consolidator.rules.deadletter import MAX_ITEMS_CHARS, expired_entry
 
     entry = expired_entry("d", member(4, "s1", {"status": "ok"}), 10_000, 10_000)
     assert entry["event"] == {"status": "ok"} and "items" not in entry

@@ -9,10 +9,10 @@ import random
 import pytest
 from random_shapes import random_shape
 
-from consolidator.batch import Member, _newest_per_item, fit_count, int64_prefix
-from consolidator.events import SourcePosition
-from consolidator.shape import ValueFault, aggregate, retain, within_int64
-from consolidator.shape_bounds import int64_safe
+from consolidator.rules.batch import Member, _newest_per_item, fit_count, int64_prefix
+from consolidator.rules.events import SourcePosition
+from consolidator.rules.shape import ValueFault, aggregate, retain, within_int64
+from consolidator.rules.shape_bounds import int64_safe
 
 
 def _event(rng: random.Random) -> dict:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consolidator.events import SourcePosition
-from consolidator.policy import Policy
-from consolidator.spark.buffer import BufferedEvent
-from consolidator.spark.replay import simulate_group, simulate_group_fast
+from consolidator.rules.buffer import BufferedEvent
+from consolidator.rules.events import SourcePosition
+from consolidator.rules.policy import Policy
+from consolidator.rules.simulation import simulate_group
+from consolidator.spark.replay import simulate_group_fast
 
 MONTH_END = 1_798_761_600_000  # 2027-01-01T00:00:00Z: histories straddle a bucket boundary
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from pymysql.constants import SERVER_STATUS
 from pymysql.converters import escape_string
 
-from consolidator.events import Event, SourcePosition, bucket_of
-from consolidator.shape import EventView
+from consolidator.rules.events import Event, SourcePosition, bucket_of
+from consolidator.rules.shape import EventView
 from consolidator.store.buffer import _UPSERT_HEAD, _UPSERT_TAIL, _upsert_statements
 from consolidator.store.connection import _json_escaper
 

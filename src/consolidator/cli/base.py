@@ -24,8 +24,8 @@ from rich.markup import escape
 from typer._click import exceptions as click_exceptions
 from typer.core import TyperCommand, TyperGroup
 
-from consolidator.errors import ConfigurationError, ConsolidatorError
-from consolidator.options import MARKUP_MODE, as_setting, bounded  # noqa: F401 (the commands' option parsers)
+from consolidator.cli.options import MARKUP_MODE, as_setting, bounded  # noqa: F401 (the commands' option parsers)
+from consolidator.rules.errors import ConfigurationError, ConsolidatorError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -106,7 +106,7 @@ class _LazySubApp(TyperGroup):
 
 
 class _Root(TyperGroup):
-    LAZY: ClassVar[dict[str, tuple[str, str]]] = {"spark": ("consolidator.spark.cli:spark_app", "Spark jobs (streaming, replay); needs the spark extra.")}
+    LAZY: ClassVar[dict[str, tuple[str, str]]] = {"spark": ("consolidator.cli.spark.commands:spark_app", "Spark jobs (streaming, replay); needs the spark extra.")}
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         """Piped (no rich boxes), a usage error is one line on stderr naming the option, the value
@@ -217,7 +217,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON documen
 
 MAX_LIST = 100_000  # the most rows one listing command reads or shows
 
-BATCH_ID = re.compile(r"[0-9a-f]{32}")  # batch ids are 128 bits, in lowercase hex (consolidator.batch)
+BATCH_ID = re.compile(r"[0-9a-f]{32}")  # batch ids are 128 bits, in lowercase hex (consolidator.rules.batch)
 
 
 def fail(message: str, as_json: bool, **document: Any) -> typer.Exit:
@@ -289,7 +289,7 @@ def store_for(s, *, migrating: bool = False):
 
 
 def wall_clock_ms() -> int:
-    from consolidator.clock import SystemClock
+    from consolidator.rules.clock import SystemClock
 
     return SystemClock().now_ms()
 

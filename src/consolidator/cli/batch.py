@@ -147,7 +147,7 @@ def ack(
 ) -> None:
     """Acknowledge members by item id or index, as a consumer would; publishes the completion
     when this was the last member. Exit 1 when anything was refused."""
-    from consolidator.completion import Ack, AckFormatError
+    from consolidator.rules.completion import Ack, AckFormatError
     from consolidator.services.acks import build_ack_service
 
     check_batch_ids([batch_id], as_json)

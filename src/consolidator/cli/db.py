@@ -18,7 +18,7 @@ from consolidator.cli.base import (
     store_for,
     wall_clock_ms,
 )
-from consolidator.errors import StoreUnavailable
+from consolidator.rules.errors import StoreUnavailable
 
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 

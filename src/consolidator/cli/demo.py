@@ -17,7 +17,7 @@ from consolidator.cli.base import (
     out,
     say_error,
 )
-from consolidator.errors import ConfigurationError, ConsolidatorError
+from consolidator.rules.errors import ConfigurationError, ConsolidatorError
 
 
 def _url(check: str):

@@ -23,8 +23,8 @@ from consolidator.cli.base import (
     say_error,
     store_for,
 )
-from consolidator.errors import BatchRowsGone
-from consolidator.redact import masked
+from consolidator.rules.errors import BatchRowsGone
+from consolidator.support.redact import masked
 
 if TYPE_CHECKING:  # imported lazily at run time: the CLI starts fast
     from consolidator.services.redrive import RedriveReport
@@ -58,7 +58,7 @@ def _read_dead_letter(url: str, limit: int) -> list[tuple[dict, str | None]]:
 
 def _distinct(entries: list[dict]) -> list[dict]:
     """One entry per idempotency key (the first written), with ``count`` = times written."""
-    from consolidator.sinks.deadletter import idempotency_key
+    from consolidator.rules.deadletter import idempotency_key
 
     first: dict[str, dict] = {}
     for entry in entries:

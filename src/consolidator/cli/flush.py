@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from consolidator.batch import iso_ms
 from consolidator.cli.base import (
     EXIT_FAILED,
     JsonOption,
@@ -24,6 +23,7 @@ from consolidator.cli.base import (
     store_for,
     wall_clock_ms,
 )
+from consolidator.rules.batch import iso_ms
 
 if TYPE_CHECKING:
     from consolidator.services.flush import TickReport

@@ -83,9 +83,9 @@ def ingest(
     CONSOLIDATOR_ITEM_ID_FIELD, CONSOLIDATOR_ITEMS_FIELD, CONSOLIDATOR_SKU_FIELD,
     CONSOLIDATOR_QUANTITY_FIELD, CONSOLIDATOR_MAX_EVENT_BYTES. Exit 1 when a line was malformed
     or a record failed (run the same command again once the cause is fixed)."""
-    from consolidator.filesource import BadFile, FileFormat, detect
     from consolidator.services.file_ingest import CHUNK, ingest_file
     from consolidator.services.ingest import build_ingest_service
+    from consolidator.sources.files import BadFile, FileFormat, detect
 
     if file_format not in FORMATS:
         raise typer.BadParameter(f"one of {', '.join(FORMATS)}; got {file_format!r}", param_hint="--format")

@@ -29,7 +29,7 @@ def serve(
     or CONSOLIDATOR_KAFKA_BOOTSTRAP at the printed address. Needs no CONSOLIDATOR_* variable."""
     from confluent_kafka import KafkaException, Producer
 
-    from consolidator.kafkalog import client_logging
+    from consolidator.support.kafkalog import client_logging
 
     stop = threading.Event()
     caught: list[str] = []
@@ -94,7 +94,7 @@ def produce(
     acknowledged (acks=all)."""
     from confluent_kafka import KafkaException, Producer
 
-    from consolidator.kafkalog import client_logging
+    from consolidator.support.kafkalog import client_logging
 
     try:
         handle = file.open("rb")

@@ -24,8 +24,8 @@ from consolidator.cli.base import (
     store_for,
     wall_clock_ms,
 )
-from consolidator.events import MAX_KEY_CHARS
-from consolidator.policy import MAX_RATE_BATCHES, RateLimit
+from consolidator.rules.events import MAX_KEY_CHARS
+from consolidator.rules.policy import MAX_RATE_BATCHES, RateLimit
 
 limits_app = typer.Typer(help="Per-group rate limit overrides (at most N batches per period).",
                          no_args_is_help=True)

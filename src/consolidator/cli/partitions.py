@@ -40,7 +40,7 @@ def partition_rows(store, cleanup) -> list[dict]:
 
 
 def cleanup_service(s, store):
-    from consolidator.clock import SystemClock
+    from consolidator.rules.clock import SystemClock
     from consolidator.services.cleanup import CleanupService
 
     return CleanupService(store, SystemClock(), s.retention_months, s.partitions_ahead)

@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from consolidator.batch import iso_ms
 from consolidator.cli.base import (
     MAX_LIST,
     JsonOption,
@@ -23,6 +22,7 @@ from consolidator.cli.base import (
     wall_clock_ms,
 )
 from consolidator.cli.partitions import cleanup_service, partition_rows, partitions_table
+from consolidator.rules.batch import iso_ms
 
 
 @app.command(cls=reads("CleanupSettings"))

@@ -1,11 +1,11 @@
 """The client helper downstream code acknowledges batch members with (see
-:mod:`consolidator.completion` for the messages and the guarantees)."""
+:mod:`consolidator.rules.completion` for the messages and the guarantees)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from consolidator.completion import Ack, AckFormatError
+from consolidator.rules.completion import Ack, AckFormatError
 
 
 class AckClient:
@@ -13,7 +13,7 @@ class AckClient:
 
     ``ack`` returns once SQS accepted the message; the acks function applies it later
     (idempotently, so sending an ack twice is harmless). Errors raise
-    :class:`~consolidator.errors.DeliveryError` naming the batch."""
+    :class:`~consolidator.rules.errors.DeliveryError` naming the batch."""
 
     def __init__(self, queue_url: str, client=None) -> None:
         if not queue_url.startswith("https://"):
@@ -38,7 +38,7 @@ class AckClient:
         """Send several acks, ten per SQS call; raises on the first chunk SQS did not fully take."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        from consolidator.errors import DeliveryError
+        from consolidator.rules.errors import DeliveryError
 
         for start in range(0, len(acks), 10):
             chunk = acks[start:start + 10]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from consolidator.demo.check import CheckResult
-from consolidator.errors import ConsolidatorError
+from consolidator.rules.errors import ConsolidatorError
 
 INPUT_TOPIC = "orders"
 OUTPUT_TOPIC = "consolidated-batches"

@@ -2,7 +2,7 @@
 
 The demo runs the ingest and the flush handler in one process. Each handler, when imported,
 copies its Powertools logger's handler onto the ``consolidator`` logger
-(:func:`consolidator.function_logging.configure_function_logging`), so the second one imported
+(:func:`consolidator.support.function_logging.configure_function_logging`), so the second one imported
 would label every line of the shared modules with its own service and function name. Here the
 copied handlers are replaced by one :class:`FunctionLogRouter` that hands each record to the
 handler (the formatter with the service, function name and cold-start keys) of the function

@@ -11,8 +11,8 @@ from consolidator.demo.check import OutBatch, Produced
 from consolidator.demo.config import INPUT_TOPIC, OUTPUT_TOPIC, DemoConfig, DemoError
 from consolidator.demo.lambda_context import LocalLambdaContext
 from consolidator.demo.synthetic import Message
-from consolidator.events import KafkaRecord
-from consolidator.msk import event_from_records
+from consolidator.rules.events import KafkaRecord
+from consolidator.sources.msk import event_from_records
 
 _quiet = logging.getLogger("consolidator.demo.kafka")
 _quiet.addHandler(logging.NullHandler())

@@ -51,10 +51,10 @@ from consolidator.demo.parts import (
     read_output,
 )
 from consolidator.demo.synthetic import bursts
-from consolidator.errors import ConsolidatorError
-from consolidator.redact import masked
+from consolidator.rules.errors import ConsolidatorError
 from consolidator.store.databases import recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
+from consolidator.support.redact import masked
 
 DEMO_CREATOR = "consolidator demo"  # the ownership marker of the databases the demo creates
 LOCAL_SERVER = "mysql://root@127.0.0.1:3306/"
@@ -277,7 +277,7 @@ def sample_batch(batches: list[OutBatch]) -> dict | None:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    from consolidator import jsonlines
+    from consolidator.support import jsonlines
 
     return jsonlines.read(path)
 

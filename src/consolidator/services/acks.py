@@ -27,10 +27,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from consolidator.batch import ack_token_matches
-from consolidator.clock import Clock
-from consolidator.completion import Ack, AckFormatError, completion_id, parse_ack
-from consolidator.errors import StoreError, StoreRefused, StoreUnavailable
+from consolidator.rules.batch import ack_token_matches
+from consolidator.rules.clock import Clock
+from consolidator.rules.completion import Ack, AckFormatError, completion_id, parse_ack
+from consolidator.rules.errors import StoreError, StoreRefused, StoreUnavailable
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.sinks import OutgoingBatch, Sink
 from consolidator.store.completion import AckResult, Tracker
@@ -201,7 +201,7 @@ class AckService:
 
 def build_ack_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> AckService:
     """Wire the service from :class:`~consolidator.settings.AckSettings`."""
-    from consolidator.clock import SystemClock
+    from consolidator.rules.clock import SystemClock
     from consolidator.sinks import sink_from_url
     from consolidator.store import open_store
 

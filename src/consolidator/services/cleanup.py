@@ -12,7 +12,7 @@ Guarantees:
 - retention of the bookkeeping: a ``batches`` row goes once it was claimed before the first
   month kept and none of its member rows is left (never a CLAIMED batch, never a DEAD one with
   live rows: a redrive can still revive it); a group's rate state goes once it has been idle
-  since then and for longer than any rate window (:data:`~consolidator.policy.MAX_RATE_PERIOD_MS`),
+  since then and for longer than any rate window (:data:`~consolidator.rules.policy.MAX_RATE_PERIOD_MS`),
   so no state still inside its window is pruned. Each count is reported.
 - completion trackers (when ``completion_max_age_ms`` is set): those whose completion was
   published go with the partitions (sealed before the first month kept); those of DEAD
@@ -25,9 +25,9 @@ from __future__ import annotations
 import calendar
 from dataclasses import asdict, dataclass, field
 
-from consolidator.clock import Clock
-from consolidator.events import bucket_of, months_after
-from consolidator.policy import MAX_RATE_PERIOD_MS
+from consolidator.rules.clock import Clock
+from consolidator.rules.events import bucket_of, months_after
+from consolidator.rules.policy import MAX_RATE_PERIOD_MS
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.store.mysql import MySQLStore, PartitionInfo
 
@@ -156,7 +156,7 @@ class CleanupService:
 
 def build_cleanup_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> CleanupService:
     """Wire the service from :class:`~consolidator.settings.CleanupSettings`."""
-    from consolidator.clock import SystemClock
+    from consolidator.rules.clock import SystemClock
     from consolidator.store import open_store
 
     return CleanupService(

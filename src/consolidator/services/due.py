@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from consolidator.policy import (
+from consolidator.rules.policy import (
     FlushReason,
     GroupStats,
     Policy,

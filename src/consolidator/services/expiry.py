@@ -14,11 +14,12 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from consolidator.clock import Clock
-from consolidator.errors import DuplicateBatchId, StoreError
+from consolidator.rules.clock import Clock
+from consolidator.rules.deadletter import expired_entry
+from consolidator.rules.errors import DuplicateBatchId, StoreError
 from consolidator.services.flush_report import duplicate_batch_id
 from consolidator.services.metrics import MetricsRecorder
-from consolidator.sinks.deadletter import DeadLetter, expired_entry
+from consolidator.sinks.deadletter import DeadLetter
 from consolidator.store.mysql import ExpiryBatch, MySQLStore
 
 log = logging.getLogger("consolidator.services.flush")

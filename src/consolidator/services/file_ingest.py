@@ -1,7 +1,7 @@
 """Ingest a local file of events through the same :class:`IngestService` the Lambda runs.
 
 Guarantees:
-- records get the positions :mod:`consolidator.filesource` gives them (for plain values:
+- records get the positions :mod:`consolidator.sources.files` gives them (for plain values:
   offset = line number), so running the same file again is a replay and changes nothing,
   and a file that grew is ingested from its new lines on;
 - every record goes through :meth:`IngestService.ingest`: decoding, poison reasons, the dead
@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from consolidator.events import KafkaRecord, SourcePosition
-from consolidator.filesource import (
+from consolidator.rules.events import KafkaRecord, Rejected, SourcePosition
+from consolidator.services.ingest import IngestService
+from consolidator.sources.files import (
     FileFormat,
     Malformed,
     detect,
@@ -33,8 +34,6 @@ from consolidator.filesource import (
     restamped,
     topic_for,
 )
-from consolidator.msk import Rejected
-from consolidator.services.ingest import IngestService
 
 CHUNK = 1000  # records per ingest call: one transaction, one multi-row statement per 250 rows
 
@@ -85,7 +84,7 @@ def ingest_file(path: Path, service: IngestService, *, file_format: FileFormat |
     """Read ``path`` (format detected unless given) and ingest it; ``on_chunk`` sees the report
     after every chunk (progress). ``restamp`` (envelopes, MSK events) shifts every timestamp by
     one constant so the first record is stamped now, keeping the gaps between records.
-    Raises ``OSError`` when the file cannot be read and :class:`~consolidator.filesource.BadFile`
+    Raises ``OSError`` when the file cannot be read and :class:`~consolidator.sources.files.BadFile`
     when it is not the format asked for."""
     started = time.monotonic()
     file_format = file_format or detect(path)

@@ -27,12 +27,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from consolidator.batch import MessageOptions, build_message, encode
-from consolidator.clock import Clock
-from consolidator.collector import collector_paused
-from consolidator.errors import LockUnavailable, StoreError
-from consolidator.lock import RedisLock
-from consolidator.policy import (
+from consolidator.rules.batch import MessageOptions, build_message, encode
+from consolidator.rules.clock import Clock
+from consolidator.rules.deadletter import dead_batch_entry
+from consolidator.rules.errors import LockUnavailable, StoreError
+from consolidator.rules.policy import (
     FlushReason,
     GroupStats,
     Policy,
@@ -50,9 +49,11 @@ from consolidator.services.flush_report import (
 )
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.sinks import OutgoingBatch, Sink
-from consolidator.sinks.deadletter import DeadLetter, dead_batch_entry
+from consolidator.sinks.deadletter import DeadLetter
 from consolidator.store.completion import SealedBatch
+from consolidator.store.lock import RedisLock
 from consolidator.store.mysql import ClaimedBatch, MySQLStore
+from consolidator.support.collector import collector_paused
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ class FlushService:
             group = Group(stat.group_key, reason, stat.pending, self._limit(limits, stat.group_key),
                           self.policy.max_batch_size)
             step.expire(tick, group, stat.oldest_record_ts_ms)
-            with collector_paused():  # the claim's rows are parsed JSON: trees, no cycles (consolidator/collector.py)
+            with collector_paused():  # the claim's rows are parsed JSON: trees, no cycles (consolidator/support/collector.py)
                 step.claim(tick, group)
         self._deliver(tick.outbox, report)
 

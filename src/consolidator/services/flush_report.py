@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from consolidator.errors import DuplicateBatchId
-from consolidator.policy import FlushReason
+from consolidator.rules.errors import DuplicateBatchId
+from consolidator.rules.policy import FlushReason
 from consolidator.services.metrics import MetricsRecorder
 
 log = logging.getLogger("consolidator.services.flush")

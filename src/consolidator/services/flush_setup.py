@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from consolidator.clock import Clock
-from consolidator.errors import ConfigurationError
-from consolidator.lock import RedisLock
+from consolidator.rules.clock import Clock
+from consolidator.rules.errors import ConfigurationError
 from consolidator.services.flush import FlushService
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.sinks import Sink
+from consolidator.store.lock import RedisLock
 
 
 def batch_bytes_cap(configured: int | None, sink: Sink) -> int:
@@ -26,11 +26,11 @@ def batch_bytes_cap(configured: int | None, sink: Sink) -> int:
 
 def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> FlushService:
     """Wire the service from :class:`~consolidator.settings.FlushSettings`."""
-    from consolidator.aws_secrets import secret_string
-    from consolidator.clock import SystemClock
+    from consolidator.rules.clock import SystemClock
     from consolidator.sinks import sink_from_url
     from consolidator.sinks.deadletter import dead_letter_from_url
     from consolidator.store import open_store
+    from consolidator.support.aws_secrets import secret_string
 
     sink = sink_from_url(settings.sink_url, timeout_s=settings.sink_timeout_seconds)
     return FlushService(

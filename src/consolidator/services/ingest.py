@@ -16,7 +16,7 @@ Guarantees:
   store, isolate a failing record by halving) handles the invocation from the start, so the
   response and the database end the same either way;
 - no input raises: a malformed envelope is dead-lettered like a poison value (see
-  :mod:`consolidator.msk`). What raises is a dependency failure Lambda must see as an error: a
+  :mod:`consolidator.sources.msk`). What raises is a dependency failure Lambda must see as an error: a
   piece of the event without a readable position whose dead-letter write failed, or a
   database that refuses the credentials.
 """
@@ -27,15 +27,23 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from consolidator.clock import Clock
-from consolidator.collector import collector_paused
-from consolidator.errors import DeliveryError, StoreError, StoreUnavailable
-from consolidator.events import Event, FieldNames, KafkaRecord, PoisonEvent, SourcePosition
-from consolidator.formats import RegistryUnavailable, ValueDecoder, decode_event
-from consolidator.msk import Rejected, batch_item_failures, parse_event
+from consolidator.rules.clock import Clock
+from consolidator.rules.deadletter import poison_entry, rejected_entry
+from consolidator.rules.errors import DeliveryError, StoreError, StoreUnavailable
+from consolidator.rules.events import (
+    Event,
+    FieldNames,
+    KafkaRecord,
+    PoisonEvent,
+    Rejected,
+    SourcePosition,
+)
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
-from consolidator.sinks.deadletter import DeadLetter, poison_entry, rejected_entry
+from consolidator.sinks.deadletter import DeadLetter
+from consolidator.sources.formats import RegistryUnavailable, ValueDecoder, decode_event
+from consolidator.sources.msk import batch_item_failures, parse_event
 from consolidator.store.mysql import IngestCounts, MySQLStore
+from consolidator.support.collector import collector_paused
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +99,7 @@ class IngestService:
     clock: Clock
     metrics: MetricsRecorder = field(default_factory=NoMetrics)
     pipeline_rows: int = PIPELINE_ROWS  # records decoded per pipelined statement; 0: always the exact path
-    values: ValueDecoder | None = None  # the value format (consolidator.formats); None: JSON
+    values: ValueDecoder | None = None  # the value format (consolidator.sources.formats); None: JSON
 
     def decode(self, record: KafkaRecord) -> Event:
         """``record``'s event; :class:`PoisonEvent` for bad input, :class:`RegistryUnavailable`
@@ -101,7 +109,7 @@ class IngestService:
     def handle_msk_event(self, event: object) -> dict:
         """The whole Lambda contract: MSK event in, partial batch response out. No input makes
         this raise; see :meth:`ingest` for the one dependency failure that does."""
-        with collector_paused():  # the records and their parsed events: trees, no cycles (consolidator/collector.py)
+        with collector_paused():  # the records and their parsed events: trees, no cycles (consolidator/support/collector.py)
             parsed = parse_event(event)
             return batch_item_failures(self.ingest(parsed.records, parsed.rejected).failed)
 
@@ -297,7 +305,7 @@ class IngestService:
 
 def build_ingest_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> IngestService:
     """Wire the service from :class:`~consolidator.settings.IngestSettings`."""
-    from consolidator.clock import SystemClock
+    from consolidator.rules.clock import SystemClock
     from consolidator.sinks.deadletter import dead_letter_from_url
     from consolidator.store import open_store
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from consolidator.clock import Clock
+from consolidator.rules.clock import Clock
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 from consolidator.store.users import check_roles
 

@@ -20,9 +20,9 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from consolidator.events import KafkaRecord, PoisonEvent
-from consolidator.formats import RegistryUnavailable
+from consolidator.rules.events import KafkaRecord, PoisonEvent
 from consolidator.services.ingest import IngestService
+from consolidator.sources.formats import RegistryUnavailable
 
 CHUNK = 500  # records per ingest call: bounds one multi-row statement
 

@@ -16,9 +16,10 @@ from typing import Annotated, Self
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from consolidator.errors import ConfigurationError
-from consolidator.events import FieldNames
-from consolidator.policy import MAX_RATE_BATCHES, MAX_RATE_PERIOD_MS, Policy, RateLimit
+from consolidator.rules.errors import ConfigurationError
+from consolidator.rules.events import FieldNames
+from consolidator.rules.policy import MAX_RATE_BATCHES, MAX_RATE_PERIOD_MS, Policy, RateLimit
+from consolidator.rules.shape import Shape, default_outputs, parse_outputs, parse_payload
 from consolidator.settings.base import (
     DAY_SECONDS,
     ENV_PREFIX,
@@ -47,7 +48,6 @@ from consolidator.settings.urls import (
     mask,
 )
 from consolidator.settings.value_format import _Format, check_glue_format
-from consolidator.shape import Shape, default_outputs, parse_outputs, parse_payload
 
 __all__ = [
     "DAY_SECONDS",

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
-from consolidator.errors import ConfigurationError
+from consolidator.rules.errors import ConfigurationError
 from consolidator.settings.base import ENV_PREFIX, ENVIRON, Root, field_range, known_variables
 from consolidator.settings.urls import mask
 

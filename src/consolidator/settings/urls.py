@@ -20,7 +20,7 @@ from pydantic import (
 )
 from pydantic_core import MultiHostUrl
 
-from consolidator.redact import masked
+from consolidator.support.redact import masked
 
 SINK_SCHEMES = ("kafka", "sqs", "events", "file")
 DEAD_LETTER_SCHEMES = ("sqs", "file")
@@ -193,6 +193,6 @@ SecretArn = Annotated[str, AfterValidator(_check_arn)]
 
 def mask(value: object) -> str:
     """``value`` for an error message: URL credentials and secret query parameters masked
-    (:func:`consolidator.redact.masked`), at most 120 characters."""
+    (:func:`consolidator.support.redact.masked`), at most 120 characters."""
     text = masked(value if isinstance(value, str) else repr(value))
     return repr(text if len(text) <= 120 else text[:117] + "...")

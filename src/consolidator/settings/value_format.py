@@ -1,4 +1,4 @@
-"""The value format of the source topic and its schema registry (:mod:`consolidator.formats`):
+"""The value format of the source topic and its schema registry (:mod:`consolidator.sources.formats`):
 the settings and the one rule between a format and the Glue registry."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def check_glue_format(value_format: str, name: str) -> None:
 
 
 class _Format(Root):
-    """The value format of the source topic and its schema registry (consolidator.formats)."""
+    """The value format of the source topic and its schema registry (consolidator.sources.formats)."""
 
     value_format: Literal["json", "avro", "protobuf", "json-schema"] = Field(
         "json", description="json: plain JSON values; avro, protobuf, json-schema: values in a schema registry's"
@@ -59,13 +59,13 @@ class _Format(Root):
         return self
 
     def value_format_spec(self):
-        """The :class:`consolidator.formats.ValueFormat` of these settings; None for JSON."""
-        from consolidator.formats import value_format_of
+        """The :class:`consolidator.sources.formats.ValueFormat` of these settings; None for JSON."""
+        from consolidator.sources.formats import value_format_of
 
         return value_format_of(self)
 
     def value_decoder(self):
-        """A :class:`consolidator.formats.ValueDecoder` of these settings (reads the registry's
+        """A :class:`consolidator.sources.formats.ValueDecoder` of these settings (reads the registry's
         secret now); None for JSON."""
         spec = self.value_format_spec()
         return None if spec is None else spec.decoder()

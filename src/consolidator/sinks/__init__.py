@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
 
-from consolidator.redact import masked
+from consolidator.support.redact import masked
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
 """Where poison events, expired rows and dead batches go: SQS (default in AWS) or a JSON-lines
-file (local). The entries themselves are built in :mod:`consolidator.sinks.deadletter_entries`.
+file (local). The entries themselves are built in :mod:`consolidator.rules.deadletter`.
 
 A write counts only when the destination confirmed it; ``send`` returns the indexes of the
 entries that were not confirmed, so the caller can report them for retry instead of losing them.
@@ -17,22 +17,13 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from consolidator import jsonlines
-from consolidator.redact import masked
-from consolidator.sinks.deadletter_entries import (
-    MAX_RAW_BYTES,
-    dead_batch_entry,
-    encode_entry,
-    expired_entry,
-    idempotency_key,
-    poison_entry,
-    rejected_entry,
-)
+from consolidator.rules.deadletter import encode_entry
+from consolidator.support import jsonlines
+from consolidator.support.redact import masked
 
 log = logging.getLogger("consolidator.deadletter")
 
-__all__ = ["MAX_RAW_BYTES", "DeadLetter", "FileDeadLetter", "SqsDeadLetter", "dead_batch_entry", "dead_letter_from_url",
-           "encode_entry", "expired_entry", "idempotency_key", "poison_entry", "rejected_entry"]
+__all__ = ["DeadLetter", "FileDeadLetter", "SqsDeadLetter", "dead_letter_from_url", "encode_all"]
 
 
 def encode_all(entries: Sequence[dict], max_bytes: int) -> tuple[dict[int, str], set[int]]:
@@ -61,7 +52,7 @@ class DeadLetter(Protocol):
 @dataclass
 class FileDeadLetter:
     """Appends JSON lines and fsyncs before confirming. For local runs and the demo.
-    Crash-atomic per line (:mod:`consolidator.jsonlines`): no reader sees a torn entry."""
+    Crash-atomic per line (:mod:`consolidator.support.jsonlines`): no reader sees a torn entry."""
 
     path: Path
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from consolidator import jsonlines
 from consolidator.sinks import OutgoingBatch
+from consolidator.support import jsonlines
 
 MAX_MESSAGE_BYTES = 1_000_000  # like the Kafka sink's default, so local runs split as Kafka would
 
@@ -15,7 +15,7 @@ MAX_MESSAGE_BYTES = 1_000_000  # like the Kafka sink's default, so local runs sp
 @dataclass
 class FileSink:
     """Appends the encoded messages and fsyncs before confirming. Crash-atomic per line
-    (:mod:`consolidator.jsonlines`): a flusher killed mid-write leaves no torn line a reader
+    (:mod:`consolidator.support.jsonlines`): a flusher killed mid-write leaves no torn line a reader
     sees, and the next write cuts the torn tail off; its batches are still CLAIMED and are
     re-published."""
 

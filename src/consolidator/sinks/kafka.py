@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from consolidator.errors import DeliveryError
-from consolidator.kafkalog import client_logging
+from consolidator.rules.errors import DeliveryError
 from consolidator.sinks import OutgoingBatch
+from consolidator.support.kafkalog import client_logging
 
 MAX_MESSAGE_BYTES = 1_000_000  # under the broker's default message.max.bytes (1,048,588)
 KEY_AND_HEADER_BYTES = 4 * 191 + len("batch_id") + 32  # the longest group key (UTF-8) and the batch id header

@@ -1,5 +1,8 @@
-"""Spark jobs on PySpark: the streaming aggregator and the policy replay.
+"""The Spark engine: the streaming aggregator and the policy replay on PySpark, with the
+vectorised state and simulations their Python workers run.
 
-Both reuse ``policy.py``, ``batch.py`` and ``events.decode`` unchanged; :mod:`.buffer` holds the
-MySQL buffer's ingest and claim rules in memory. Importing this package does not import pyspark.
+Both call the rules (:mod:`consolidator.rules`) unchanged: ``policy`` decides, ``batch`` builds the
+message, ``events.decode`` validates; the reference model they are proven equal to is
+:mod:`consolidator.rules.buffer` and :mod:`consolidator.rules.simulation`. The commands that run
+them are in :mod:`consolidator.cli.spark`. Importing this package does not import pyspark.
 """

@@ -6,8 +6,8 @@ tick that would flush the open one, ``next_tick(min(start + hard_window, newest 
 and each session is one claim of all its rows at that tick (``hard_window`` when the tick is a
 hard window past its first event, else ``idle``). Sessions, rows (one per month bucket and item),
 claim order and latencies are computed with numpy over all groups of a chunk; each message is
-written as the text :func:`consolidator.batch.encode` gives for
-:func:`~consolidator.batch.build_message`, without building the dict. A group where a session
+written as the text :func:`consolidator.rules.batch.encode` gives for
+:func:`~consolidator.rules.batch.build_message`, without building the dict. A group where a session
 reaches ``max_batch_size`` rows, or any group under another policy, is simulated by
 :func:`replay.simulate` on its events.
 
@@ -27,11 +27,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from consolidator.batch import iso_ms
-from consolidator.events import MAX_QUANTITY, SourcePosition
-from consolidator.policy import FlushReason, Policy
-from consolidator.shape import EventView, stored_items
-from consolidator.spark.buffer import BufferedEvent
+from consolidator.rules.batch import iso_ms
+from consolidator.rules.buffer import BufferedEvent
+from consolidator.rules.events import MAX_QUANTITY, SourcePosition
+from consolidator.rules.policy import FlushReason, Policy
+from consolidator.rules.shape import EventView, stored_items
 
 _ID_HEAD = b"consolidator-batch-v25:batch"  # batch.batch_id's version and kind fields
 
@@ -111,7 +111,7 @@ _ISO_RANGE = (-30_610_224_000_000, 253_402_300_800_000)  # years 1000 to 9999: n
 
 
 def _iso(ms: np.ndarray) -> list[str]:
-    """:func:`consolidator.batch.iso_ms` of each value."""
+    """:func:`consolidator.rules.batch.iso_ms` of each value."""
     if len(ms) and (ms.min() < _ISO_RANGE[0] or ms.max() >= _ISO_RANGE[1]):
         return [iso_ms(v) for v in ms.tolist()]
     return [f"{text}Z" for text in np.datetime_as_string(ms.astype("datetime64[ms]"), unit="ms").tolist()]
@@ -146,7 +146,7 @@ def sessions(group: np.ndarray, ts: np.ndarray, policy: Policy) -> np.ndarray:
 
 
 #: :func:`simulate_chunk`'s batches: what the replay's output row needs; ``body`` is the v1
-#: message exactly as :func:`consolidator.batch.encode` writes it, ``latencies_ms`` is per member
+#: message exactly as :func:`consolidator.rules.batch.encode` writes it, ``latencies_ms`` is per member
 #: in claim order (flushed_at - first_seen).
 BATCH_SCHEMA = pa.schema([
     ("group_key", pa.string()), ("batch_id", pa.string()), ("reason", pa.string()), ("flushed_at_ms", pa.int64()),
@@ -158,7 +158,7 @@ _REASONS = pa.array([str(FlushReason.IDLE), str(FlushReason.HARD_WINDOW)])  # in
 
 def parse_items(text: str) -> tuple[tuple[str, int], ...] | EventView:
     """The ``items`` column (JSON ``[[sku, quantity], ...]``) as the event's tuple; what a
-    generic shape keeps (``{"event": ...}``) as its :class:`~consolidator.shape.EventView`."""
+    generic shape keeps (``{"event": ...}``) as its :class:`~consolidator.rules.shape.EventView`."""
     if text.startswith("{"):
         return stored_items(text)
     pairs = orjson.loads(text)

@@ -3,17 +3,17 @@
 The sessions, rows, claims and latencies of a plain policy do not depend on the shape: they are
 computed here with numpy over all groups of a chunk, by the rule of
 :mod:`consolidator.spark.columnar` (whose helpers this module uses). What the shape changes is
-the message: each session's ``aggregates`` are what :func:`consolidator.shape.aggregate` gives
+the message: each session's ``aggregates`` are what :func:`consolidator.rules.shape.aggregate` gives
 over the newest event of each item (position order: its values at the outputs' paths, looked
-up once per event, reduced by :func:`~consolidator.shape.reduce_values`), each member carries
-its own event projected by :func:`consolidator.shape.payload_of`, and the body is written as the
-text :func:`consolidator.batch.encode` gives for :func:`~consolidator.batch.build_message`,
+up once per event, reduced by :func:`~consolidator.rules.shape.reduce_values`), each member carries
+its own event projected by :func:`consolidator.rules.shape.payload_of`, and the body is written as the
+text :func:`consolidator.rules.batch.encode` gives for :func:`~consolidator.rules.batch.build_message`,
 without building the message dict. Each member's event is parsed and its payload encoded once.
 
 A group is handed back to :func:`replay.simulate` (the reference) when one of its sessions
 reaches ``max_batch_size`` rows, or when an integer output of a session might leave int64 on
-some prefix of its claim (the bound of :mod:`consolidator.shape_bounds`; there
-:func:`consolidator.batch.fit_claims` may split it).
+some prefix of its claim (the bound of :mod:`consolidator.rules.shape_bounds`; there
+:func:`consolidator.rules.batch.fit_claims` may split it).
 
 Guarantee: exactly :func:`replay.simulate_group`'s batches, members, messages and latencies
 (``tests/unit/test_columnar_shape.py``, a property test over random shapes and histories).
@@ -29,9 +29,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from consolidator.policy import Policy
-from consolidator.shape import EventView, Shape, payload_of, reduce_values
-from consolidator.shape_bounds import int64_bounded, int64_weight, looked_values
+from consolidator.rules.policy import Policy
+from consolidator.rules.shape import EventView, Shape, payload_of, reduce_values
+from consolidator.rules.shape_bounds import int64_bounded, int64_weight, looked_values
 from consolidator.spark.columnar import (
     _ID_HEAD,
     _REASONS,
@@ -51,7 +51,7 @@ def is_plain_shaped(policy: Policy) -> bool:
 
 
 def _aggregates(shape: Shape, looked: list[list]) -> dict[str, object]:
-    """:func:`consolidator.shape.aggregate` over the events whose values are ``looked``."""
+    """:func:`consolidator.rules.shape.aggregate` over the events whose values are ``looked``."""
     return {o.name: len(looked) if o.path is None else reduce_values(o, [v for values in looked
                                                                          if (v := values[k]) is not None])
             for k, o in enumerate(shape.outputs)}

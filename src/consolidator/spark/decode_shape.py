@@ -1,10 +1,10 @@
 """Decoding a batch of values under a generic event shape, the common case in a tight loop.
 
-Under a generic shape (:mod:`consolidator.shape`) the JVM fast path proves nothing (what an
+Under a generic shape (:mod:`consolidator.rules.shape`) the JVM fast path proves nothing (what an
 event keeps is only known to ``events.decode``), so both Spark jobs decode every value in
 Python. :func:`decode_shaped` does the common case with less work per value than
 ``events.decode``: one ``orjson`` parse, the identifiers as plain strings, then ``retain``
-itself (:func:`consolidator.shape.retain_with_values`) and one encoding of what the event keeps.
+itself (:func:`consolidator.rules.shape.retain_with_values`) and one encoding of what the event keeps.
 The replay's decoding after the shuffle (:mod:`consolidator.spark.deferred`) keeps what the
 simulation reads instead, the member payload encoded and the outputs' values
 (:func:`decode_kept`). Whatever it cannot decode with certainty (poison, identifiers that are
@@ -23,8 +23,8 @@ from typing import NamedTuple, TypeVar
 
 import orjson
 
-from consolidator.events import MAX_KEY_CHARS, FieldNames
-from consolidator.shape import (
+from consolidator.rules.events import MAX_KEY_CHARS, FieldNames
+from consolidator.rules.shape import (
     EventView,
     Shape,
     ValueFault,
@@ -40,7 +40,7 @@ T = TypeVar("T")
 class Kept(NamedTuple):
     """What the simulation needs of a decoded event: its member payload as the message writes it
     (``payload_of``, keys sorted; None: the shape carries none), its values at the outputs'
-    paths (:func:`consolidator.shape_bounds.looked_values`), and the value, for :meth:`view`."""
+    paths (:func:`consolidator.rules.shape_bounds.looked_values`), and the value, for :meth:`view`."""
 
     payload: str | None
     looked: list
@@ -55,7 +55,7 @@ class Kept(NamedTuple):
 def _decode(values: Sequence[bytes | None], names: FieldNames, max_event_bytes: int,
             keep: Callable[[bytes, EventView, list], T]) -> tuple[list[str | None], list[str | None], list[T | None], list[int]]:
     """Group keys, item ids and ``keep(value, what its row keeps, its values at the outputs'
-    paths)`` (:func:`consolidator.shape.retain_with_values`) of ``values`` under ``names.shape``,
+    paths)`` (:func:`consolidator.rules.shape.retain_with_values`) of ``values`` under ``names.shape``,
     None where not decoded here, and the indices of those values: they go to ``events.decode``."""
     shape = names.shape
     assert shape is not None

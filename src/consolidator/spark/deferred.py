@@ -24,7 +24,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from consolidator.events import FieldNames
+from consolidator.rules.events import FieldNames
 from consolidator.spark.decode_shape import Kept, decode_kept
 from consolidator.spark.shards import POISON_GROUP
 from consolidator.spark.transforms import decode_value

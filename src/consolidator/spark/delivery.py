@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from consolidator.errors import DeliveryError
+from consolidator.rules.errors import DeliveryError
 
 BATCH = "batch"  # the ``kind`` of a batch row of the job's output (the others are dead letters)
 
@@ -77,8 +77,8 @@ def deliver_partition(rows: Iterable, *, sink_url: str, dead_letter_url: str, ep
 
 
 def _seal(database_url: str | None, secret_arn: str | None, batches: list, epoch_id: int) -> None:
-    from consolidator.clock import SystemClock
-    from consolidator.errors import StoreError, StoreRefused, StoreUnavailable
+    from consolidator.rules.clock import SystemClock
+    from consolidator.rules.errors import StoreError, StoreRefused, StoreUnavailable
     from consolidator.store import open_store
     from consolidator.store.completion import SealedBatch
 

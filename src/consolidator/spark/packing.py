@@ -20,7 +20,7 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 
-from consolidator.events import FieldNames
+from consolidator.rules.events import FieldNames
 from consolidator.spark.shards import POISON_GROUP, POISON_SHARD
 
 #: Input rows of the stateful step (:func:`pack`).
@@ -91,7 +91,7 @@ def pack(batches: Iterable, *, names: FieldNames, max_event_bytes: int, shards: 
     Arrow batch (:data:`PACKED_SCHEMA`), the shard's records (:data:`RECORD_COLUMNS`) as one
     Arrow IPC stream. ``transformWithStateInPandas`` turns each of its input rows into a Python
     tuple and back into pandas: rows, not bytes, are what it costs. ``values``: the records'
-    :class:`~consolidator.formats.ValueFormat` (None: JSON)."""
+    :class:`~consolidator.sources.formats.ValueFormat` (None: JSON)."""
     for batch in batches:
         if batch.num_rows == 0:
             continue

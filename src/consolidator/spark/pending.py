@@ -4,9 +4,9 @@ Under a policy without rate limit, TTL or byte cap (:func:`~consolidator.spark.c
 a group's rows need no per-group state besides themselves, so a shard keeps all its groups' rows
 in one Arrow table (one row per group, month bucket and item id) and applies a micro-batch's
 events to it with array operations, not one Python call per event. Only groups that are due
-become :class:`~consolidator.batch.Member` rows, for :func:`~consolidator.policy.plan_group`.
+become :class:`~consolidator.rules.batch.Member` rows, for :func:`~consolidator.rules.policy.plan_group`.
 
-Guarantee: the same rows, claims and due times as one :class:`~consolidator.spark.buffer.PendingBuffer`
+Guarantee: the same rows, claims and due times as one :class:`~consolidator.rules.buffer.PendingBuffer`
 per group fed the same events at the same times (``tests/unit/test_pending_table.py``):
 - a position seen twice in one call counts once (Spark's checkpoint feeds each offset once
   across micro-batches);
@@ -22,11 +22,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from consolidator.batch import Member
-from consolidator.events import SourcePosition, bucket_of
-from consolidator.policy import GroupPlan, Policy, plan_group
-from consolidator.shape import EventView, stored_text
-from consolidator.spark.buffer import RowKey, claim_split
+from consolidator.rules.batch import Member
+from consolidator.rules.buffer import RowKey, claim_split
+from consolidator.rules.events import SourcePosition, bucket_of
+from consolidator.rules.policy import GroupPlan, Policy, plan_group
+from consolidator.rules.shape import EventView, stored_text
 from consolidator.spark.columnar import parse_items
 
 SCHEMA = pa.schema([

@@ -1,10 +1,9 @@
-"""Replay: "what would this policy have produced on last week's traffic?"
+"""Replay: "what would this policy have produced on last week's traffic?", as a Spark job.
 
-The replay simulates the serverless path exactly: records sorted by (timestamp, position),
-each ingested with the clock at its record timestamp into a :class:`PendingBuffer` (the MySQL
-buffer's rules), flush ticks on the epoch-aligned grid of ``tick_interval`` running
-:func:`consolidator.policy.plan_batches`, messages built by :func:`consolidator.batch.build_message`
-with ``flushed_at`` = the tick. After the last record it keeps ticking until nothing is pending.
+Each group's records go through the reference simulation of the serverless path
+(:func:`consolidator.rules.simulation.simulate_group`), or through :func:`simulate_group_fast`,
+proven equal to it, under a plain policy; a plain policy's chunks of groups can also take the
+columnar simulation (:mod:`consolidator.spark.columnar`).
 
 Guarantees: deterministic (same input and policies, same batches, ids and figures); every
 valid event is in exactly one batch per policy, every poison record in the dead-letter output.
@@ -17,13 +16,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from consolidator.batch import Member, build_message, encode, fit_claims
-from consolidator.collector import collector_paused
-from consolidator.events import (
+from consolidator.rules.batch import Member, build_message, encode, fit_claims
+from consolidator.rules.buffer import BufferedEvent
+from consolidator.rules.deadletter import poison_entry
+from consolidator.rules.events import (
     FieldNames,
     KafkaRecord,
     PoisonEvent,
@@ -31,8 +31,7 @@ from consolidator.events import (
     SourcePosition,
     bucket_of,
 )
-from consolidator.policy import (
-    FlushReason,
+from consolidator.rules.policy import (
     GroupStats,
     Policy,
     RateLimit,
@@ -40,8 +39,8 @@ from consolidator.policy import (
     next_tick_ms,
     plan_batches,
 )
-from consolidator.sinks.deadletter import expired_entry, poison_entry
-from consolidator.spark.buffer import BufferedEvent, PendingBuffer
+from consolidator.rules.simulation import GroupReplay, ReplayBatch, simulate_group
+from consolidator.support.collector import collector_paused
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,68 +76,6 @@ def policy_grid(debounce_ms: Sequence[int], hard_window_ms: Sequence[int], max_b
     if not grid:
         raise ValueError("the policy grid is empty")
     return list(grid.values())
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayBatch:
-    group_key: str
-    reason: FlushReason
-    flushed_at_ms: int
-    members: tuple[Member, ...]
-    message: dict = field(repr=False)
-    held_back_ms: int = 0
-
-    @property
-    def batch_id(self) -> str:
-        return self.message["batch_id"]
-
-    @property
-    def latencies_ms(self) -> list[int]:
-        """Per member row: flushed_at - first_seen."""
-        return [self.flushed_at_ms - m.first_seen_ms for m in self.members]
-
-
-@dataclass(frozen=True, slots=True)
-class GroupReplay:
-    batches: list[ReplayBatch]
-    records_in: int
-    replayed: int
-    expired: list[dict] = field(default_factory=list)  # dead-letter entries (reason ``expired``)
-
-
-def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Policy) -> GroupReplay:
-    """All batches one group yields under ``policy`` on the serverless tick schedule.
-
-    Jumps straight to the next tick where something can happen: the first tick at or after
-    the group's ``next_due_ms``, unless the next record arrives at or before it (then that
-    record is ingested first, as the serverless path ingests every record with
-    timestamp <= T before the tick at T). A group held back by its rate limit is looked at
-    again at the first tick where the limit allows a batch or a row goes over the TTL.
-    """
-    ordered = sorted(events, key=lambda e: (e.timestamp_ms, e.position))
-    buffer = PendingBuffer(group_key)
-    batches: list[ReplayBatch] = []
-    expired: list[dict] = []
-    replayed = 0
-    index = 0
-    while index < len(ordered) or buffer.rows:
-        due = buffer.next_due_ms(policy)
-        tick = None if due is None else next_tick_ms(due, policy)
-        if index < len(ordered) and (tick is None or ordered[index].timestamp_ms <= tick):
-            event = ordered[index]
-            index += 1
-            if buffer.ingest(event, event.timestamp_ms) == "replayed":
-                replayed += 1
-            continue
-        assert tick is not None  # the loop condition guarantees pending rows here
-        plan = buffer.plan(tick, policy)
-        expired.extend(expired_entry(group_key, m, tick, tick) for m in plan.expired)
-        for claim in plan.claims:
-            message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=tick,
-                                    held_back_ms=claim.held_back_ms, shape=policy.shape)
-            batches.append(ReplayBatch(group_key, claim.reason, tick, tuple(claim.rows), message,
-                                       claim.held_back_ms))
-    return GroupReplay(batches, len(ordered), replayed, expired)
 
 
 def _arrival(event: BufferedEvent) -> tuple:
@@ -344,7 +281,7 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFA
     Records are decoded by :func:`consolidator.spark.transforms.decode` (Spark's string functions
     where they provably agree with ``events.decode``, ``events.decode`` for the rest), shuffled
     once by group key, and each group simulated under each policy. ``values``: the records'
-    :class:`~consolidator.formats.ValueFormat` (None: JSON), decoded in Python.
+    :class:`~consolidator.sources.formats.ValueFormat` (None: JSON), decoded in Python.
 
     Under a generic event shape, a value whose group key the JVM proves
     (:func:`~consolidator.spark.transforms.claimed_group_key`) crosses the shuffle undecoded and

@@ -10,7 +10,7 @@ Under a policy with a rate limit, TTL or byte cap, a :class:`Shard` holds its gr
 rows and rate state as one JSON value (:meth:`Shard.dump`; a plain policy keeps them as one
 Arrow table, :mod:`consolidator.spark.pending`). Groups are decoded only when touched: an event arrived for them, or they
 are due (the due time is stored next to each group). Each group is still exactly one
-:class:`~consolidator.spark.buffer.PendingBuffer`, so the policy's decisions per group are the
+:class:`~consolidator.rules.buffer.PendingBuffer`, so the policy's decisions per group are the
 per-group job's: same claims, same batch ids.
 
 The number of shards is fixed for a checkpoint (state keys depend on it); :func:`check_shards`
@@ -23,11 +23,11 @@ from collections.abc import Iterable, Iterator
 
 import orjson
 
-from consolidator.batch import Member
-from consolidator.events import SourcePosition
-from consolidator.policy import GroupPlan, Policy, RateState
-from consolidator.shape import EventView, stored_text
-from consolidator.spark.buffer import PendingBuffer, RowKey
+from consolidator.rules.batch import Member
+from consolidator.rules.buffer import PendingBuffer, RowKey
+from consolidator.rules.events import SourcePosition
+from consolidator.rules.policy import GroupPlan, Policy, RateState
+from consolidator.rules.shape import EventView, stored_text
 from consolidator.spark.columnar import parse_items
 
 #: State keys per streaming query. At least the shuffle partitions of the stateful stage (a

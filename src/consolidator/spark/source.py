@@ -29,8 +29,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from consolidator.errors import ConsolidatorError, DeliveryError
-from consolidator.kafkalog import client_logging
+from consolidator.rules.errors import ConsolidatorError, DeliveryError
+from consolidator.support.kafkalog import client_logging
 
 PYTHON_KAFKA_FORMAT = "consolidator_kafka"
 SPARK_KAFKA_FORMAT = "kafka"

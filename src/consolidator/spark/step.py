@@ -22,11 +22,17 @@ import json
 import math
 from dataclasses import dataclass
 
-from consolidator.batch import build_message, encode
-from consolidator.events import FieldNames, KafkaRecord, PoisonEvent, PoisonReason, SourcePosition
-from consolidator.policy import Policy
-from consolidator.sinks.deadletter import expired_entry, poison_entry
-from consolidator.spark.buffer import BufferedEvent, PendingBuffer
+from consolidator.rules.batch import build_message, encode
+from consolidator.rules.buffer import BufferedEvent, PendingBuffer
+from consolidator.rules.deadletter import expired_entry, poison_entry
+from consolidator.rules.events import (
+    FieldNames,
+    KafkaRecord,
+    PoisonEvent,
+    PoisonReason,
+    SourcePosition,
+)
+from consolidator.rules.policy import Policy
 from consolidator.spark.columnar import is_plain, parse_items
 from consolidator.spark.columnar_shape import is_plain_shaped
 from consolidator.spark.delivery import BATCH

@@ -35,8 +35,8 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from consolidator.events import FieldNames
-from consolidator.policy import Policy
+from consolidator.rules.events import FieldNames
+from consolidator.rules.policy import Policy
 from consolidator.spark.delivery import BatchWriter
 from consolidator.spark.packing import PACKED_SCHEMA, pack, unpack
 from consolidator.spark.shards import DEFAULT_SHARDS, POISON_SHARD
@@ -114,7 +114,7 @@ def aggregate(records_df, policy: Policy, names: FieldNames = DEFAULT_NAMES, max
     (the trackers' database's ack key: each message carries its batch's ack token).
     State is keyed by shard of the group key (``shards`` of them, fixed for a checkpoint, see
     :mod:`consolidator.spark.shards`); poison records go to their own key, without state.
-    ``values``: the records' :class:`~consolidator.formats.ValueFormat` (None: JSON)."""
+    ``values``: the records' :class:`~consolidator.sources.formats.ValueFormat` (None: JSON)."""
     step = job_step(policy, names, shards, ack_key)  # the messages' shape is the decoder's
     return by_shard(records_df, names, max_event_bytes, shards, values).transformWithStateInPandas(
         statefulProcessor=_processor_class()(step), outputStructType=OUTPUT_SCHEMA,
@@ -172,7 +172,7 @@ class StreamConfig:
     state_shards: int = DEFAULT_SHARDS  # state keys (fixed for a checkpoint, see consolidator.spark.shards)
     input_path: str | None = None  # a local file source instead of Kafka: a directory of record files
     input_format: str = "json"  # of input_path: json (the replay's JSON lines) or parquet
-    values: object = None  # the records' consolidator.formats.ValueFormat; None: JSON
+    values: object = None  # the records' consolidator.sources.formats.ValueFormat; None: JSON
 
     @property
     def tracked(self) -> bool:

@@ -2,10 +2,10 @@
 
 Every source (Spark's ``kafka`` format, the confluent-kafka Python data source, JSON lines,
 Parquet) is first brought to :data:`RECORD_SCHEMA` by :func:`records`; :func:`decode` then
-decodes in the JVM what it can prove valid and hands the rest to :func:`consolidator.events.decode`,
+decodes in the JVM what it can prove valid and hands the rest to :func:`consolidator.rules.events.decode`,
 so results (group keys, items, poison reasons) are exactly the Lambda path's. Values in a
-registry format (:mod:`consolidator.formats`) are all decoded in Python, by the Lambda path's
-own :func:`consolidator.formats.decode_event`.
+registry format (:mod:`consolidator.sources.formats`) are all decoded in Python, by the Lambda path's
+own :func:`consolidator.sources.formats.decode_event`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,15 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from consolidator.events import MAX_KEY_CHARS, MAX_QUANTITY, FieldNames, KafkaRecord, PoisonEvent
-from consolidator.formats import ValueFormat, decode_event
-from consolidator.shape import EventView, stored_text
+from consolidator.rules.events import (
+    MAX_KEY_CHARS,
+    MAX_QUANTITY,
+    FieldNames,
+    KafkaRecord,
+    PoisonEvent,
+)
+from consolidator.rules.shape import EventView, stored_text
+from consolidator.sources.formats import ValueFormat, decode_event
 from consolidator.spark.shards import POISON_GROUP
 
 #: The columns every source yields (Spark's own Kafka source has these names and types).
@@ -255,7 +261,7 @@ def decode_value(value: bytes, names: FieldNames, max_event_bytes: int,
     """``events.decode`` of one value (in ``values``' format, None: JSON) as the decoded columns:
     ``group_key``, ``item_id`` and ``items`` (JSON), or, for poison, :data:`POISON_GROUP` with
     ``poison_reason`` and ``poison_detail``. A registry that cannot answer raises
-    :class:`~consolidator.formats.RegistryUnavailable`: the task fails and Spark retries it (a
+    :class:`~consolidator.sources.formats.RegistryUnavailable`: the task fails and Spark retries it (a
     dependency failure is never a dead letter)."""
     decoder = None if values is None else values.shared_decoder()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from urllib.parse import urlsplit
 
-from consolidator.errors import StoreRefused, StoreUnavailable
+from consolidator.rules.errors import StoreRefused, StoreUnavailable
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 from consolidator.store.schema import SCHEMA_VERSION
 
@@ -15,7 +15,7 @@ def _secret_reader(database_secret_arn: str):
     credentials (a rotation), so a warm container picks up the new password."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from consolidator.aws_secrets import secret_string
+    from consolidator.support.aws_secrets import secret_string
 
     def read() -> ConnectionParams:
         try:
@@ -40,7 +40,7 @@ def open_store(database_url: str | None, database_secret_arn: str | None = None,
                migrating: bool = False) -> MySQLStore:
     """A store for the configured database. It requires the current schema
     (:data:`~consolidator.store.schema.SCHEMA_VERSION`): every new connection checks it first and
-    raises :class:`~consolidator.errors.SchemaOutdated` on an older one, unless ``migrating``
+    raises :class:`~consolidator.rules.errors.SchemaOutdated` on an older one, unless ``migrating``
     (``db migrate`` and the migrate function, which bring it there).
 
     - a URL with a user name: everything from the URL (the secret, if any, is not used);

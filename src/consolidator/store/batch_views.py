@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from consolidator.events import SourcePosition
-from consolidator.shape import EventView, stored_items
+from consolidator.rules.events import SourcePosition
+from consolidator.rules.shape import EventView, stored_items
 from consolidator.store.connection import Connection
 from consolidator.store.members import member_condition
 

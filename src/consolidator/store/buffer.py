@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from consolidator.errors import StoreConflict
-from consolidator.events import Event, SourcePosition, bucket_of
-from consolidator.policy import GroupStats
+from consolidator.rules.errors import StoreConflict
+from consolidator.rules.events import Event, SourcePosition, bucket_of
+from consolidator.rules.policy import GroupStats
 from consolidator.store.connection import (
     Connection,
     Pipeline,

@@ -23,9 +23,15 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from consolidator.batch import encode
-from consolidator.completion import Ack, acked_indexes, build_completion, empty_bitmap, set_bits
-from consolidator.errors import StoreError
+from consolidator.rules.batch import encode
+from consolidator.rules.completion import (
+    Ack,
+    acked_indexes,
+    build_completion,
+    empty_bitmap,
+    set_bits,
+)
+from consolidator.rules.errors import StoreError
 from consolidator.store.connection import Connection
 
 UNKNOWN_BATCH = "unknown_batch"

@@ -24,14 +24,14 @@ import pymysql.cursors
 from pymysql.constants import COMMAND, SERVER_STATUS
 from pymysql.converters import escape_string
 
-from consolidator.errors import (
+from consolidator.rules.errors import (
     SchemaOutdated,
     StoreConflict,
     StoreError,
     StoreRefused,
     StoreUnavailable,
 )
-from consolidator.redact import masked
+from consolidator.support.redact import masked
 
 log = logging.getLogger(__name__)
 

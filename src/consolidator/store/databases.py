@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 import pymysql
 
-from consolidator.errors import DatabaseNotOwned, StoreError, StoreUnavailable
+from consolidator.rules.errors import DatabaseNotOwned, StoreError, StoreUnavailable
 from consolidator.store.connection import ConnectionParams, tls_context
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})

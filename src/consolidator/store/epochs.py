@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import pymysql
 
-from consolidator.batch import Member
-from consolidator.errors import DuplicateBatchId
+from consolidator.rules.batch import Member
+from consolidator.rules.errors import DuplicateBatchId
 from consolidator.store.connection import Connection
 
 DUPLICATE_KEY = 1062

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from consolidator.batch import NO_EPOCHS, Member, batch_id
-from consolidator.errors import StoreError
-from consolidator.events import SourcePosition
+from consolidator.rules.batch import NO_EPOCHS, Member, batch_id
+from consolidator.rules.errors import StoreError
+from consolidator.rules.events import SourcePosition
 from consolidator.store.batches import MEMBER_COLUMNS, _member, member_rows
 from consolidator.store.connection import Connection
 from consolidator.store.epochs import duplicate_id_refused, id_epochs

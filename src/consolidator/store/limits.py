@@ -7,7 +7,7 @@ Guarantees:
 
 from __future__ import annotations
 
-from consolidator.policy import RateLimit, RateState
+from consolidator.rules.policy import RateLimit, RateState
 from consolidator.store.connection import Connection
 from consolidator.store.rate import decode_recent, prune_rate_states
 

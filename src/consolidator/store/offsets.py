@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from consolidator.clock import SystemClock
+from consolidator.rules.clock import SystemClock
 from consolidator.store.connection import Connection, _string_quoter
 from consolidator.store.epochs import move_epoch
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from consolidator.errors import StoreError
-from consolidator.events import months_after
+from consolidator.rules.errors import StoreError
+from consolidator.rules.events import months_after
 from consolidator.store.connection import Connection
 from consolidator.store.members import keys_table
 

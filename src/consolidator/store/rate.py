@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from consolidator.policy import RateLimit, RateState, admit, next_allowed_ms, rate_time, refuse
+from consolidator.rules.policy import (
+    RateLimit,
+    RateState,
+    admit,
+    next_allowed_ms,
+    rate_time,
+    refuse,
+)
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,7 @@ def ensure_rate_row(cur, group_key: str, now_ms: int) -> None:
 
 def rate_gate(cur, group_key: str, limit: RateLimit, now_ms: int) -> tuple[RateState, int] | Throttled | None:
     """Lock the group's rate state. When one more claim is allowed, returns the state and the
-    time the claim counts at (:func:`~consolidator.policy.rate_time`, ``now_ms`` unless another
+    time the claim counts at (:func:`~consolidator.rules.policy.rate_time`, ``now_ms`` unless another
     flusher already claimed later); a :class:`Throttled` (refusal recorded) when not; None when
     the state row does not exist yet."""
     cur.execute(
@@ -80,6 +87,6 @@ def rate_admit(cur, group_key: str, state: RateState, limit: RateLimit, now_ms: 
 def prune_rate_states(cur, idle_before_ms: int) -> int:
     """Delete the rate state of the groups that neither claimed nor were refused since
     ``idle_before_ms``. Safe when ``idle_before_ms`` is at least
-    :data:`~consolidator.policy.MAX_RATE_PERIOD_MS` ago: every claim time such a row holds is
+    :data:`~consolidator.rules.policy.MAX_RATE_PERIOD_MS` ago: every claim time such a row holds is
     then outside any window, and the group starts again from an empty state, as it would."""
     return int(cur.execute("DELETE FROM group_rate_state WHERE updated_at_ms < %s", (idle_before_ms,)))

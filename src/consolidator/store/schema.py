@@ -2,7 +2,7 @@
 
 The migration floor: ``consolidator db migrate`` (:meth:`SchemaStore.migrate`) brings a database
 of any older version to :data:`SCHEMA_VERSION`, and the runtime refuses an older one
-(``open_store``, :class:`~consolidator.errors.SchemaOutdated`). So the code outside the migrations
+(``open_store``, :class:`~consolidator.rules.errors.SchemaOutdated`). So the code outside the migrations
 reads only the current schema. What stays from older schemas is data, never a code path: ids
 already assigned never change (a batch claimed before schema 9 keeps its v1 id, ``id_epochs``
 NULL); the rows of the pre-v4 ledger keep deciding the records at or below their partition's
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 
-from consolidator.events import bucket_of, months_after
+from consolidator.rules.events import bucket_of, months_after
 from consolidator.store.connection import Connection
 from consolidator.store.databases import refuse_system_schema
 from consolidator.store.partitions import MAXVALUE_PARTITION

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from consolidator.errors import StoreError
+from consolidator.rules.errors import StoreError
 from consolidator.store.connection import Connection
 
 # role -> table -> privileges. A new table, or a new statement on a table, is added here in the

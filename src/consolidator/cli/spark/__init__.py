@@ -1,0 +1,2 @@
+"""``consolidator spark ...``: the Spark jobs' commands (``commands``), their options (``options``)
+and the replay's report (``report``, ``report_chart``, ``report_choice``)."""

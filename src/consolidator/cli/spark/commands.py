@@ -1,0 +1,379 @@
+"""``consolidator spark ...``: run the streaming aggregator or a replay, or start the streaming
+job on EMR Serverless. Also the entry point of ``spark-submit`` (``python -m consolidator.cli.spark``).
+
+Every setting option is an override of the settings model (``consolidator.settings``:
+``StreamSettings``, ``ReplaySettings``, ``EmrSettings``): same name as the variable without its
+``CONSOLIDATOR_`` prefix, same unit (seconds), same bounds and cross-setting rules, and an unset
+option falls back to the variable, then to the model's default. So both engines run the same
+policy and read the same field names unless told otherwise; a bad value is one usage error (exit
+2) naming the option or variable. The replay's policy grid takes comma-separated candidates in
+the same units (``--debounce-seconds 60,300``; ``--rate-limit`` as ``N/SECONDS``), each checked
+as an override of the model. Per-group limit overrides live in the MySQL path's database; the
+Spark jobs apply the default limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import logging
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from consolidator.cli.options import MARKUP_MODE, as_setting, bounded
+from consolidator.cli.spark.options import (
+    _SETTING,
+    AggregateOpt,
+    DebounceOpt,
+    GroupField,
+    HardOpt,
+    ItemField,
+    ItemsField,
+    KafkaOpts,
+    MasterOpt,
+    MaxBytes,
+    PayloadOpt,
+    QuantityField,
+    RateBatchesOpt,
+    RatePeriodOpt,
+    SizeOpt,
+    SkuField,
+    SourceOpt,
+    TickOpt,
+    TtlOpt,
+    _batch_cap,
+    _candidates,
+    _pairs,
+    _rate,
+    _settings,
+    _source,
+    _usage_error,
+)
+from consolidator.cli.spark.options import (
+    max_p95_seconds as _max_p95,
+)
+from consolidator.spark.shards import DEFAULT_SHARDS
+from consolidator.support.redact import masked
+
+spark_app = typer.Typer(help="Spark jobs: streaming aggregator, policy replay, EMR Serverless.",
+                        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                        rich_markup_mode=MARKUP_MODE)  # the help style of the rest of the CLI
+
+@spark_app.command()
+def stream(
+    checkpoint: Annotated[str, typer.Option("--checkpoint", help="Checkpoint directory (s3://... on EMR).")],
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        "--bootstrap-servers", help=_SETTING.format("KAFKA_BOOTSTRAP"))] = None,
+    topic: Annotated[str | None, typer.Option("--topic", help=_SETTING.format("SOURCE_TOPIC"))] = None,
+    sink_url: Annotated[str | None, typer.Option("--sink-url", help=_SETTING.format("SINK_URL"))] = None,
+    dead_letter_url: Annotated[str | None, typer.Option(
+        "--dead-letter-url", help=_SETTING.format("DEAD_LETTER_URL"))] = None,
+    debounce_seconds: DebounceOpt = None,
+    hard_window_seconds: HardOpt = None,
+    max_batch_size: SizeOpt = None,
+    trigger_ms: Annotated[int, typer.Option("--trigger-ms", parser=bounded(1, 86_400_000, " ms", integer=True),
+                                            help="Micro-batch interval (1 to 86,400,000 ms).")] = 5_000,
+    starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
+    max_offsets_per_trigger: Annotated[int | None, typer.Option(
+        "--max-offsets-per-trigger", parser=bounded(1, 10**12, integer=True),
+        help="At most this many records per micro-batch (1 to 10^12).")] = None,
+    source: SourceOpt = "auto",
+    kafka_option: KafkaOpts = None,
+    group_key_field: GroupField = None,
+    item_id_field: ItemField = None,
+    items_field: ItemsField = None,
+    sku_field: SkuField = None,
+    quantity_field: QuantityField = None,
+    aggregate: AggregateOpt = None,
+    member_payload: PayloadOpt = None,
+    max_event_bytes: MaxBytes = None,
+    master: MasterOpt = None,
+    max_batch_bytes: Annotated[int | None, typer.Option(
+        "--max-batch-bytes", parser=as_setting("max_batch_bytes"), help="Cap on one batch message (default: the sink's per-message limit). "
+                                  + _SETTING.format("MAX_BATCH_BYTES"))] = None,
+    rate_limit_batches: RateBatchesOpt = None,
+    rate_limit_period_seconds: RatePeriodOpt = None,
+    event_ttl_seconds: TtlOpt = None,
+    completion_database_url: Annotated[str | None, typer.Option(
+        "--completion-database-url",
+        help="Completion tracking: seal every batch in this database (mysql://...) before it is "
+             "published, so the acks function tracks Spark-built batches too. With "
+             "--completion-database-secret-arn: host, port, database and TLS only (no user). "
+             + _SETTING.format("COMPLETION_DATABASE_URL"))] = None,
+    completion_database_secret_arn: Annotated[str | None, typer.Option(
+        "--completion-database-secret-arn",
+        help="Completion tracking with the database's Secrets Manager secret (RDS format), read by "
+             "each executor: no password in the job's arguments. "
+             + _SETTING.format("COMPLETION_DATABASE_SECRET_ARN"))] = None,
+    state_shards: Annotated[int, typer.Option(
+        "--state-shards", parser=bounded(1, 1_000_000, integer=True),
+        help="State keys (shards of the group keys; at least the stateful stage's partitions); "
+             "fixed for a checkpoint.")] = DEFAULT_SHARDS,
+    input_path: Annotated[str | None, typer.Option(
+        "--input", help="Instead of Kafka: a directory; each record file that appears in it is read once "
+                        "(the replay's JSON lines, or Parquet).")] = None,
+    input_format: Annotated[str, typer.Option("--format", help="Of --input: json or parquet.")] = "json",
+) -> None:
+    """Run the streaming aggregator until stopped (Kafka, or the files of --input, in; batches to
+    the sink URL). SIGTERM or Ctrl-C stops it after its current micro-batch, with one line naming
+    the offsets it stopped at (exit 0)."""
+    from consolidator.settings import StreamSettings
+
+    s = _settings(StreamSettings, locals(), rename={"bootstrap_servers": "kafka_bootstrap", "topic": "source_topic"})
+    _source(s.kafka_bootstrap, s.source_topic, input_path, input_format)
+    from consolidator.spark.streaming import StreamConfig
+
+    cap = _batch_cap(s.sink_url, s.max_batch_bytes)
+    config = StreamConfig(
+        bootstrap_servers=s.kafka_bootstrap or "", topic=s.source_topic or "", sink_url=s.sink_url,
+        dead_letter_url=s.dead_letter_url, checkpoint=checkpoint,
+        policy=dataclasses.replace(s.policy(), max_batch_bytes=cap), names=s.field_names(),
+        max_event_bytes=s.max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
+        max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
+        tracking_database_url=s.completion_database_url,
+        tracking_database_secret_arn=s.completion_database_secret_arn, state_shards=state_shards,
+        input_path=input_path, input_format=input_format, values=s.value_format_spec(),
+    )
+    from consolidator.spark.stop import SignalStop
+
+    stopper = SignalStop()
+    stopper.install()  # a signal during Spark's start-up stops the query as soon as it runs
+    try:
+        _stream(stopper, config, s, checkpoint, input_path, master)
+    finally:
+        stopper.restore()
+
+
+def _stream(stopper, config, s, checkpoint: str, input_path: str | None, master: str | None) -> None:
+    """Start the streaming query and run it until it ends or ``stopper`` catches a signal."""
+    from consolidator.spark.delivery import BatchWriter
+    from consolidator.spark.session import build_session, log_progress
+    from consolidator.spark.stop import stop_line
+    from consolidator.spark.streaming import start
+
+    spark = build_session("consolidator-stream", master=master, stream=True)
+    stopper.install()  # again: PySpark's SparkContext took SIGINT (it would cancel the running jobs)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # at INFO it logs every callback of every micro-batch
+    log_progress(spark)  # one line per micro-batch on stderr
+    writer = BatchWriter(s.sink_url, s.dead_letter_url, tracking_database_url=s.completion_database_url,
+                         tracking_database_secret_arn=s.completion_database_secret_arn)
+    query = start(spark, config, writer=writer)
+    typer.echo(f"streaming {input_path or s.source_topic} -> {masked(s.sink_url)} (checkpoint {checkpoint});"
+               " Ctrl-C or SIGTERM stops it after the current micro-batch", err=True)
+    try:
+        caught = stopper.run(query)
+    finally:
+        writer.close()
+    if caught:
+        typer.echo(stop_line(query, caught), err=True)
+        spark.stop()
+
+
+def replay_grid(params: dict) -> tuple[list, object]:
+    """The replay's policies: every combination of the grid options' candidates, each checked as
+    overrides of :class:`~consolidator.settings.ReplaySettings` (so with the settings' bounds and
+    errors); combinations whose hard window is shorter than their debounce are left out (said on
+    stderr). Returns the named policies and the settings of the first one (field names)."""
+    from consolidator.rules.errors import ConfigurationError
+    from consolidator.settings import WINDOWS_RULE, ReplaySettings, load_settings
+    from consolidator.spark.replay import NamedPolicy, policy_name
+
+    grid = {
+        "debounce_seconds": _candidates(params["debounce_seconds"], "--debounce-seconds", float, "seconds"),
+        "hard_window_seconds": _candidates(params["hard_window_seconds"], "--hard-window-seconds", float, "seconds"),
+        "max_batch_size": _candidates(params["max_batch_size"], "--max-batch-size", int, "integers"),
+        "rate": _candidates(params["rate_limit"], "--rate-limit", _rate, "N/SECONDS or none"),
+        "event_ttl_seconds": _candidates(params["event_ttl_seconds"], "--event-ttl-seconds", float, "seconds"),
+    }
+    options = {name: "--" + name.replace("_", "-") for name in ReplaySettings.model_fields}
+    policies, first, left_out = {}, None, 0
+    for values in itertools.product(*grid.values()):
+        combo = dict(zip(grid, values, strict=True))
+        batches, period = combo.pop("rate") or (params["rate_limit_batches"], params["rate_limit_period_seconds"])
+        if params["rate_limit"] is not None:
+            options.update(rate_limit_batches="--rate-limit", rate_limit_period_seconds="--rate-limit")
+        overrides = {**{k: v for k, v in params.items() if k in ReplaySettings.model_fields}, **combo,
+                     "rate_limit_batches": batches, "rate_limit_period_seconds": period}
+        try:
+            s = load_settings(ReplaySettings, overrides=overrides, options=options)
+        except ConfigurationError as exc:
+            if str(exc).endswith(WINDOWS_RULE) and str(exc).count(WINDOWS_RULE) == 1 and "; " not in str(exc):
+                left_out += 1
+                continue
+            _usage_error(exc)
+        first = first or s
+        policy = s.policy()
+        policies.setdefault(policy_name(policy), NamedPolicy(policy_name(policy), policy))
+    if not policies:
+        _usage_error(f"the policy grid is empty: every combination has a hard window shorter "
+                     f"than its debounce ({WINDOWS_RULE})")
+    if left_out:
+        typer.echo(f"left out {left_out} combination(s) whose hard window is shorter than the debounce", err=True)
+    return list(policies.values()), first
+
+
+@spark_app.command()
+def replay(
+    out: Annotated[Path, typer.Option("--out", help="Output directory: batches/, dead_letter/, report/.")],
+    input_path: Annotated[str | None, typer.Option("--input", help="JSON lines or Parquet of records.")] = None,
+    input_format: Annotated[str, typer.Option("--format", help="json, parquet or kafka")] = "json",
+    bootstrap_servers: Annotated[str | None, typer.Option("--bootstrap-servers")] = None,
+    topic: Annotated[str | None, typer.Option("--topic")] = None,
+    starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
+    ending_offsets: Annotated[str, typer.Option("--ending-offsets")] = "latest",
+    debounce_seconds: Annotated[str | None, typer.Option(
+        "--debounce-seconds", help="Comma-separated candidates. " + _SETTING.format("DEBOUNCE_SECONDS"))] = None,
+    hard_window_seconds: Annotated[str | None, typer.Option(
+        "--hard-window-seconds", help="Comma-separated candidates. "
+                                      + _SETTING.format("HARD_WINDOW_SECONDS"))] = None,
+    max_batch_size: Annotated[str | None, typer.Option(
+        "--max-batch-size", help="Comma-separated candidates. " + _SETTING.format("MAX_BATCH_SIZE"))] = None,
+    tick_interval_seconds: TickOpt = None,
+    source: SourceOpt = "auto",
+    kafka_option: KafkaOpts = None,
+    group_key_field: GroupField = None,
+    item_id_field: ItemField = None,
+    items_field: ItemsField = None,
+    sku_field: SkuField = None,
+    quantity_field: QuantityField = None,
+    aggregate: AggregateOpt = None,
+    member_payload: PayloadOpt = None,
+    max_event_bytes: MaxBytes = None,
+    max_p95_seconds: Annotated[float | None, typer.Option(
+        "--max-p95-seconds", parser=_max_p95,
+        help="Recommend the policy with the best compaction within this p95 latency.")] = None,
+    master: MasterOpt = None,
+    rate_limit: Annotated[str | None, typer.Option(
+        "--rate-limit", help="Comma-separated candidates N/SECONDS or none (default: --rate-limit-batches "
+                             "per --rate-limit-period-seconds).")] = None,
+    rate_limit_batches: RateBatchesOpt = None,
+    rate_limit_period_seconds: RatePeriodOpt = None,
+    event_ttl_seconds: Annotated[str | None, typer.Option(
+        "--event-ttl-seconds", help="Comma-separated TTL candidates in seconds; 0: off. "
+                                    + _SETTING.format("EVENT_TTL_SECONDS"))] = None,
+) -> None:
+    """Replay history under a grid of policies; writes batches and a Markdown/HTML report with a chart."""
+    policies, settings = replay_grid(locals())
+    # every input checked before Spark starts
+    if input_format not in ("json", "parquet", "kafka"):
+        raise typer.BadParameter(f"json, parquet or kafka, got {input_format!r}", param_hint="--format")
+    if input_format == "kafka" and not (bootstrap_servers and topic):
+        raise typer.BadParameter("--format kafka needs --bootstrap-servers and --topic")
+    if input_format != "kafka" and not input_path:
+        raise typer.BadParameter("--input is required unless --format kafka")
+    if input_format != "kafka" and "://" not in input_path and not Path(input_path).exists():
+        raise typer.BadParameter(f"{input_path} does not exist", param_hint="--input")
+    from consolidator.cli.spark.report import recommendation_text, write_report
+    from consolidator.spark.figures import compute_figures, describe_input
+    from consolidator.spark.replay import replay as run_replay
+    from consolidator.spark.replay import write_outputs
+    from consolidator.spark.session import build_session
+    from consolidator.spark.source import kafka_reader
+    from consolidator.spark.transforms import read_record_files, records
+
+    spark = build_session("consolidator-replay", master=master, progress=True)
+    if input_format == "kafka":
+        options = {"startingOffsets": starting_offsets, "endingOffsets": ending_offsets, **dict(_pairs(kafka_option))}
+        frame = records(kafka_reader(spark, bootstrap_servers, topic, streaming=False, prefer=source,
+                                     options=options).load())
+    else:
+        frame = read_record_files(spark, input_path, input_format)
+    result = run_replay(frame, policies, settings.field_names(), settings.max_event_bytes,
+                        settings.value_format_spec()).persist()
+    try:
+        write_outputs(result, str(out))
+        figures = compute_figures(result, policies)
+        source_label = f"kafka {topic} at {bootstrap_servers}" if input_format == "kafka" else f"{input_format} {input_path}"
+        summary = describe_input(frame, result, source_label)
+    finally:
+        result.unpersist()
+    max_p95_ms = None if max_p95_seconds is None else max_p95_seconds * 1000
+    paths = write_report(figures, out / "report", summary, max_p95_ms)
+    for f in figures:
+        typer.echo(f"{f.policy}: {f.messages_in} in, {f.batches_out} batches, compaction {f.compaction_ratio}, "
+                   f"p95 latency {f.latency_p95_ms / 1000:.1f} s, dead-lettered {f.dead_lettered}, "
+                   f"expired {f.expired}, held back p95 {f.held_back_p95_ms / 1000:.1f} s")
+    advice = recommendation_text(figures, max_p95_ms)
+    if advice:
+        typer.echo(advice)
+    typer.echo(f"report: {paths['markdown']} ({paths['html'].name}, {paths['chart'].name})")
+
+
+@spark_app.command("emr-submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def emr_submit(
+    ctx: typer.Context,
+    application_id: Annotated[str | None, typer.Option(
+        "--application-id", help=_SETTING.format("EMR_APPLICATION_ID"))] = None,
+    execution_role_arn: Annotated[str | None, typer.Option(
+        "--execution-role-arn", help=_SETTING.format("EMR_JOB_ROLE_ARN"))] = None,
+    bucket: Annotated[str | None, typer.Option(
+        "--bucket", help="Bucket of the EMR construct (code/, checkpoints/, logs/). "
+                         + _SETTING.format("EMR_BUCKET"))] = None,
+    name: Annotated[str, typer.Option("--name")] = "consolidator-stream",
+    submit: Annotated[bool, typer.Option("--submit", help="Call StartJobRun instead of printing it.")] = False,
+    region: Annotated[str | None, typer.Option("--region")] = None,
+    archive: Annotated[str | None, typer.Option(
+        "--archive", help="File name of the environment archive under code/ (default: the one "
+                          "`make emr-archive` builds for the construct's release).")] = None,
+) -> None:
+    """Print (or with --submit, call) StartJobRun for the streaming job. Arguments after '--'
+    go to 'stream' (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...).
+
+    A job's arguments are readable by anyone who may read the job run: a URL with a password is
+    refused (exit 2; pass --completion-database-secret-arn instead), and what is printed has
+    every credential masked."""
+    from consolidator.settings import EmrSettings
+    from consolidator.spark.emr import start_job_run_request
+
+    _no_password_in(list(ctx.args))
+    s = _settings(EmrSettings, {"application_id": application_id, "execution_role_arn": execution_role_arn,
+                                "bucket": bucket},
+                  rename={"application_id": "emr_application_id", "execution_role_arn": "emr_job_role_arn",
+                          "bucket": "emr_bucket"})
+    request = start_job_run_request(
+        application_id=s.emr_application_id, execution_role_arn=s.emr_job_role_arn,
+        code_uri=f"s3://{s.emr_bucket}/code", checkpoint_uri=f"s3://{s.emr_bucket}/checkpoints/{name}",
+        stream_args=list(ctx.args), name=name, archive=archive, log_uri=f"s3://{s.emr_bucket}/logs/",
+    )
+    if not submit:
+        printed = _masked_request(request)
+        typer.echo(json.dumps(printed, indent=2))
+        typer.echo("# or: aws emr-serverless start-job-run --cli-input-json " + shlex.quote(json.dumps(printed)),
+                   err=True)
+        return
+    import boto3
+
+    response = boto3.client("emr-serverless", region_name=region).start_job_run(**request)
+    typer.echo(json.dumps({"jobRunId": response["jobRunId"], "applicationId": response["applicationId"],
+                           "arn": response.get("arn")}))
+
+
+def _no_password_in(args: list[str]) -> None:
+    """Refuse job arguments that carry a URL password: the database's belongs in its secret."""
+    from urllib.parse import urlsplit
+
+    for arg in args:
+        value = arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg
+        if "://" in value and urlsplit(value).password:
+            typer.echo(f"refused: a job argument carries a password ({masked(value)}); job arguments are readable "
+                       "by anyone who may read the job run: pass the database's Secrets Manager secret with "
+                       "--completion-database-secret-arn and a URL without credentials", err=True)
+            raise typer.Exit(2)
+
+
+def _masked_request(request: dict) -> dict:
+    """``request`` with every credential in the job's arguments masked (for printing)."""
+    printed = json.loads(json.dumps(request))
+    driver = printed["jobDriver"]["sparkSubmit"]
+    driver["entryPointArguments"] = [masked(arg) for arg in driver["entryPointArguments"]]
+    return printed
+
+
+def main() -> None:
+    spark_app(prog_name="consolidator spark", args=sys.argv[1:])

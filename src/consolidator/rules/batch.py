@@ -1,0 +1,408 @@
+"""The batch message: aggregation and the deterministic ``batch_id``.
+
+Version 1 (the reference shape: quantity summed per sku, no member payload) stays byte for byte
+what it was; a generic event shape (:mod:`consolidator.rules.shape`) gives version 2
+(``schemas/batch-v2.schema.json``): named ``aggregates`` and, per member, its item id, position
+and, when configured, its newest event.
+
+``batch_id`` is a function of the group key, the members' source positions and their topics'
+epochs only, so every engine, every retry and every replay of the same claim yields the same id.
+The JSON Schema is ``schemas/batch-v1.schema.json`` (``batch-v1.1.schema.json`` adds the optional
+``held_back_ms`` of a rate-limited group).
+
+A batch sealed for completion tracking carries an ``ack_token``: an HMAC of its batch id under
+the deployment's ack key (stored in the database, never in a message or a log). Only who
+received the message knows it, so only a recipient can acknowledge the batch, although batch
+ids are computable.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from types import MappingProxyType
+from typing import NamedTuple
+
+import orjson
+
+from consolidator.rules.events import MAX_QUANTITY, SourcePosition
+from consolidator.rules.policy import FlushReason, Policy
+from consolidator.rules.shape import (
+    INT64_MAX,
+    EventView,
+    Shape,
+    aggregate,
+    payload_of,
+    within_int64,
+)
+from consolidator.rules.shape_bounds import int64_safe
+
+SCHEMA_VERSION = 1
+SCHEMA_VERSION_SHAPED = 2  # a generic event shape (schemas/batch-v2.schema.json)
+SCHEMA_MINOR_HELD_BACK = 1  # v1.1: optional ``held_back_ms`` (schemas/batch-v1.1.schema.json)
+
+
+class Member(NamedTuple):
+    """One buffered row of a batch: the newest event for an item, and how many events it holds."""
+
+    position: SourcePosition
+    item_id: str
+    items: tuple[tuple[str, int], ...] | EventView  # (sku, quantity) pairs, or what a generic shape keeps
+    first_seen_ms: int
+    last_update_ms: int
+    merged_events: int = 1
+    record_ts_ms: int | None = None  # record timestamp of the newest event (for the TTL)
+
+    def order_key(self) -> tuple:
+        """(first_seen, position): positions compare like their stored ``pos_key`` bytes."""
+        return (self.first_seen_ms, self.position)
+
+
+NO_EPOCHS: Mapping[str, int] = MappingProxyType({})  # every topic at epoch 0
+
+
+def _field(text: str) -> bytes:
+    data = text.encode()
+    return b"%d:%b" % (len(data), data)
+
+
+def batch_id(group_key: str, positions: Iterable[SourcePosition], epochs: Mapping[str, int] = NO_EPOCHS,
+             kind: str = "batch") -> str:
+    """128-bit hex id (v2) from the kind of record, the group key and the sorted member positions,
+    each position with its topic's epoch (``epochs``, 0 when absent; ``consolidator offsets
+    reset`` moves a topic's epoch). Every field is length-prefixed (``<bytes>:<UTF-8>``), so no
+    two different inputs give the same text, whatever characters a group key holds."""
+    parts = [b"consolidator-batch-v2", _field(kind), _field(group_key)]
+    for topic, partition, offset in sorted(positions):
+        parts += (_field(topic), _field(str(epochs.get(topic, 0))), _field(str(partition)), _field(str(offset)))
+    return hashlib.sha256(b"".join(parts)).hexdigest()[:32]
+
+
+def batch_id_v1(group_key: str, positions: Iterable[SourcePosition]) -> str:
+    """The id batches were given before schema 9 (fields joined by tabs and newlines, no epoch).
+    Only to re-publish a batch claimed then: ids already assigned never change."""
+    lines = "".join(f"{p.topic}\t{p.partition}\t{p.offset}\n" for p in sorted(positions))
+    return hashlib.sha256(f"consolidator-batch-v1\n{group_key}\n{lines}".encode()).hexdigest()[:32]
+
+
+def ack_token(ack_key: bytes, batch_id: str) -> str:
+    """The batch's ack token: 128 bits of HMAC-SHA256 of the batch id under ``ack_key``, hex.
+    The same on every re-publish and in every engine (a function of the key and the id only)."""
+    if len(ack_key) < 16:
+        raise ValueError("an ack key has at least 16 bytes")
+    return hmac.new(ack_key, f"consolidator-ack-v1\n{batch_id}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def ack_token_matches(ack_key: bytes, batch_id: str, token: object) -> bool:
+    """Whether ``token`` is the ack token of ``batch_id``, compared in constant time."""
+    if not isinstance(token, str):
+        return False
+    return hmac.compare_digest(ack_token(ack_key, batch_id).encode(), token.encode("utf-8", "replace"))
+
+
+@functools.lru_cache(maxsize=65_536)
+def _iso_seconds(epoch_s: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_s))
+
+
+def iso_ms(epoch_ms: int) -> str:
+    """UTC ISO-8601 with milliseconds, e.g. ``2026-11-18T14:13:20.000Z`` (exact integer arithmetic)."""
+    seconds, millis = divmod(epoch_ms, 1000)
+    return f"{_iso_seconds(seconds)}.{millis:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageOptions:
+    """What, besides its members, decides a message's size: the event shape (None: version 1),
+    completion tracking (item ids and the ack token) and a rate limit (``held_back_ms``). The
+    byte cap is applied to the message with every optional field these allow, at its widest."""
+
+    shape: Shape | None = None
+    tracked: bool = False
+    rate_limited: bool = False
+
+
+PLAIN = MessageOptions()
+_SIZING_KEY = b"\x00" * 16  # any key: an ack token is always 32 hex digits
+
+
+def _pairs(items: tuple[tuple[str, int], ...] | EventView) -> tuple[tuple[str, int], ...]:
+    """The (sku, quantity) pairs of a row; none for a row a generic shape stored."""
+    return () if isinstance(items, EventView) else items
+
+
+def _view(items: tuple[tuple[str, int], ...] | EventView) -> EventView:
+    """What a generic shape reads of a row; an empty event for a row the reference shape stored."""
+    return items if isinstance(items, EventView) else EventView({})
+
+
+def build_message(
+    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
+    *, ack_key: bytes | None = None, held_back_ms: int = 0, epochs: Mapping[str, int] | None = NO_EPOCHS,
+    shape: Shape | None = None,
+) -> dict:
+    """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
+    position's items count; quantities are summed per sku across items. ``ack_key`` (completion
+    tracking on): the batch is sealed for completion tracking; the message says so, carries its
+    ``ack_token`` (:func:`ack_token`), and each ``members`` entry carries its item id (member i =
+    i-th entry, what acks name by index). A group held back by
+    its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1); every other message is
+    exactly v1, so consumers of v1 see no change while no rate limit holds a group back.
+    ``epochs``: the topics' epochs the batch id is computed with (:func:`batch_id`); ``None``
+    for a batch claimed before schema 9, whose id is :func:`batch_id_v1`. ``shape``: a generic
+    event shape gives the version 2 message (:func:`_build_shaped`)."""
+    if shape is not None:
+        return _build_shaped(group_key, members, reason, flushed_at_ms, ack_key, held_back_ms, epochs, shape)
+    if not members:
+        raise ValueError("a batch needs at least one member")
+    newest_per_item = _newest_per_item(members)
+    quantities: dict[str, int] = {}
+    for member in newest_per_item.values():
+        for sku, quantity in _pairs(member.items):
+            quantities[sku] = quantities.get(sku, 0) + quantity
+    positions = sorted(m.position for m in members)
+    message = {
+        "schema_version": SCHEMA_VERSION,
+        "batch_id": batch_id_v1(group_key, positions) if epochs is None else batch_id(group_key, positions, epochs),
+        "group_key": group_key,
+        "flush_reason": str(reason),
+        "item_ids": sorted(newest_per_item),
+        "items": [{"sku": sku, "quantity": quantities[sku]} for sku in sorted(quantities)],
+        "item_count": len(newest_per_item),
+        "event_count": sum(m.merged_events for m in members),
+        "first_event_at": iso_ms(min(m.first_seen_ms for m in members)),
+        "last_event_at": iso_ms(max(m.last_update_ms for m in members)),
+        "flushed_at": iso_ms(flushed_at_ms),
+        "members": [p.as_dict() for p in positions],
+    }
+    if held_back_ms > 0:
+        message |= {"schema_minor": SCHEMA_MINOR_HELD_BACK, "held_back_ms": held_back_ms}
+    if ack_key is not None:
+        item_of = {m.position: m.item_id for m in members}
+        message["completion_tracking"] = True
+        message["ack_token"] = ack_token(ack_key, message["batch_id"])
+        message["members"] = [{**p.as_dict(), "item_id": item_of[p]} for p in positions]
+    return message
+
+
+def _newest_per_item(members: Sequence[Member]) -> dict[str, Member]:
+    newest: dict[str, Member] = {}
+    for member in members:
+        current = newest.get(member.item_id)
+        if current is None or member.position > current.position:
+            newest[member.item_id] = member
+    return newest
+
+
+def _build_shaped(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
+                  ack_key: bytes | None, held_back_ms: int, epochs: Mapping[str, int] | None, shape: Shape) -> dict:
+    """The version 2 message: ``aggregates`` (each output of the shape over the newest event of
+    each item, in source-position order) and every member (position order) with its item id
+    and, when the shape carries a payload, its newest event (``event``). Optional fields:
+    ``held_back_ms`` (no minor version), ``completion_tracking`` and ``ack_token``."""
+    if not members:
+        raise ValueError("a batch needs at least one member")
+    newest = _newest_per_item(members)
+    by_position = sorted(members, key=lambda m: m.position)
+    events = [_view(m.items).event for m in sorted(newest.values(), key=lambda m: m.position)]
+    positions = [m.position for m in by_position]
+    entries = []
+    for m in by_position:
+        entry = {**m.position.as_dict(), "item_id": m.item_id}
+        if shape.carries_payload:
+            entry["event"] = payload_of(_view(m.items), shape)
+        entries.append(entry)
+    message = {
+        "schema_version": SCHEMA_VERSION_SHAPED,
+        "batch_id": batch_id_v1(group_key, positions) if epochs is None else batch_id(group_key, positions, epochs),
+        "group_key": group_key,
+        "flush_reason": str(reason),
+        "item_ids": sorted(newest),
+        "aggregates": aggregate(shape, events),
+        "item_count": len(newest),
+        "event_count": sum(m.merged_events for m in members),
+        "first_event_at": iso_ms(min(m.first_seen_ms for m in members)),
+        "last_event_at": iso_ms(max(m.last_update_ms for m in members)),
+        "flushed_at": iso_ms(flushed_at_ms),
+        "members": entries,
+    }
+    if held_back_ms > 0:
+        message["held_back_ms"] = held_back_ms
+    if ack_key is not None:
+        message["completion_tracking"] = True
+        message["ack_token"] = ack_token(ack_key, message["batch_id"])
+    return message
+
+
+def encode(message: dict) -> bytes:
+    """Canonical JSON bytes (sorted keys, no spaces, UTF-8): equal messages give equal bytes."""
+    try:
+        return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer beyond 64 bits (a huge summed quantity): same bytes, slower
+        return json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def message_bytes(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
+                  options: MessageOptions = PLAIN) -> int:
+    """Size of the encoded message of these members with every field ``options`` allow, at its
+    widest: the published message is never larger (the ack token has a fixed length, the
+    held-back time is counted with the most digits it can have)."""
+    return len(encode(build_message(
+        group_key, members, reason, flushed_at_ms, shape=options.shape,
+        ack_key=_SIZING_KEY if options.tracked else None, held_back_ms=INT64_MAX if options.rate_limited else 0)))
+
+
+def message_bytes_bound(group_key: str, members: Sequence[Member], options: MessageOptions = PLAIN) -> int:
+    """An upper bound of :func:`message_bytes`, without building the message: every string
+    counted as if each character were a 6-byte JSON escape, every number at its widest. A
+    generic shape has no cheap bound (its members carry events): the bound is then infinite."""
+    if options.shape is not None:
+        return 1 << 62
+    size = 512 + 6 * len(group_key)  # fixed fields, keys, batch id, times, counts
+    size += 160 if options.tracked or options.rate_limited else 0  # ack token, flags, held-back time
+    for m in members:
+        size += (12 if options.tracked else 6) * len(m.item_id) + 3 + 6 * len(m.position.topic) + 96
+        size += sum(6 * len(sku) + 64 for sku, _ in _pairs(m.items))
+    return size
+
+
+def fit_count(fits: Callable[[int], bool], have: Callable[[int], int]) -> int:
+    """How many members the next batch takes, given ``fits(m)`` (a message of the first ``m``
+    members is within the cap) and ``have(m)`` (how many of the first ``m`` members exist:
+    ``min(m, n)``; a reader may fetch them when asked). At least 1 when ``have(1)`` is 1.
+
+    Prefixes of 1, 2, 4, ... members are tried until one does not fit or no more members
+    exist, then the boundary is found by bisection between the last prefix that fitted and the
+    first that did not. The answer depends on the first ``2k`` members only (``k`` the answer),
+    never on how many come after: a reader that reads pages on demand gets the same batches as
+    a caller holding the whole claim, and reads at most twice the members the batch takes."""
+    if have(1) < 1:
+        return 0
+    fits_up_to, probe = 1, 2
+    while True:
+        available = have(probe)
+        if available <= fits_up_to:
+            return fits_up_to  # every member there is fits
+        if not fits(available):
+            too_big = available
+            break
+        fits_up_to = available
+        if available < probe:
+            return fits_up_to
+        probe *= 2
+    while too_big - fits_up_to > 1:  # invariant: fits_up_to fits, too_big does not
+        middle = (fits_up_to + too_big) // 2
+        if fits(middle):
+            fits_up_to = middle
+        else:
+            too_big = middle
+    return fits_up_to
+
+
+def prefix_fits(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
+                max_bytes: int, options: MessageOptions = PLAIN) -> Callable[[int], bool]:
+    """``fits(m)`` for :func:`fit_count`: the message of ``members[:m]`` is at most ``max_bytes``
+    (decided by :func:`message_bytes_bound` when that suffices, without building the message)."""
+    def fits(m: int) -> bool:
+        prefix = members[:m]
+        return (message_bytes_bound(group_key, prefix, options) <= max_bytes
+                or message_bytes(group_key, prefix, reason, flushed_at_ms, options) <= max_bytes)
+    return fits
+
+
+def int64_prefix(members: Sequence[Member], shape: Shape | None = None) -> int:
+    """How many of ``members`` (claim order) the next batch takes before a quantity it sums
+    would pass ``MAX_QUANTITY`` (2**63-1): members are taken one by one, as
+    :func:`build_message` counts them (the newest row of each item), and the first that would
+    take a sku's sum over the bound starts the next batch. At least 1: ingest refuses an event
+    whose own sums go over, so a member alone always fits. Cheap when the quantities of all
+    members together fit (always, unless quantities reach 10**18 or so). A generic ``shape``:
+    the longest prefix (:func:`fit_count`) whose integer outputs all fit int64."""
+    if shape is not None:
+        if int64_safe(shape, [_view(x.items).event for x in members]):
+            return len(members)  # every prefix fits (shape_bounds): what probing gives, without it
+        return fit_count(lambda m: within_int64(aggregate(shape, [
+            _view(x.items).event for x in sorted(_newest_per_item(members[:m]).values(), key=lambda x: x.position)])),
+            lambda m: min(m, len(members)))
+    if sum([quantity for m in members for _, quantity in _pairs(m.items)]) <= MAX_QUANTITY:
+        return len(members)
+    newest: dict[str, Member] = {}
+    sums: dict[str, int] = {}
+    for index, member in enumerate(members):
+        current = newest.get(member.item_id)
+        if current is not None and member.position < current.position:
+            continue  # an older row of an item already taken: the sums do not change
+        change: dict[str, int] = {}
+        for sku, quantity in () if current is None else _pairs(current.items):
+            change[sku] = change.get(sku, sums.get(sku, 0)) - quantity
+        for sku, quantity in _pairs(member.items):
+            change[sku] = change.get(sku, sums.get(sku, 0)) + quantity
+        if any(total > MAX_QUANTITY for total in change.values()):
+            return max(index, 1)
+        sums.update(change)
+        newest[member.item_id] = member
+    return len(members)
+
+
+def fitting_prefix(
+    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int, max_bytes: int | None,
+    options: MessageOptions = PLAIN,
+) -> int:
+    """How many of ``members`` (claim order) the next batch takes: under the byte cap (``None``:
+    no cap) :func:`fit_count` over them, at least 1 (a member too large on its own is a batch of
+    its own; the sink rejects it and, after ``max_attempts``, it reaches the dead-letter
+    destination), then of that prefix :func:`int64_prefix` (its summed quantities fit a signed
+    64-bit integer), in this order, as the Lambda path's claim (``store/claims.py``): sums may
+    leave int64 and come back (negative values), so the int64 prefix of the whole claim, cut
+    by the byte cap afterwards, could sum past it. While a message grows with its prefix
+    (always, except where a later member of an item replaces an earlier one with fewer SKUs)
+    this is the longest prefix that fits."""
+    taken = len(members) if max_bytes is None else fit_count(
+        prefix_fits(group_key, members, reason, flushed_at_ms, max_bytes, options), lambda m: min(m, len(members)))
+    return int64_prefix(members[:taken], options.shape) if taken else 0
+
+
+def split_to_fit(
+    group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int, max_bytes: int | None,
+    options: MessageOptions = PLAIN,
+) -> list[list[Member]]:
+    """One claim's members as consecutive batches, each :func:`fitting_prefix` of what is left.
+    Both engines split a claim with this rule, so they produce the same batches."""
+    rest = list(members)
+    batches = []
+    while rest:
+        taken = fitting_prefix(group_key, rest, reason, flushed_at_ms, max_bytes, options)
+        batches.append(rest[:taken])
+        rest = rest[taken:]
+    return batches
+
+
+def fit_claims(
+    group_key: str, claims: Sequence[tuple[FlushReason, Sequence[Member]]], flushed_at_ms: int, policy: Policy,
+    tracked: bool = False,
+) -> list[tuple[FlushReason, list[Member]]]:
+    """:func:`~consolidator.rules.policy.plan_batches` claims split under ``policy.max_batch_bytes`` and
+    so that their summed quantities fit int64 (:func:`fitting_prefix`), the size counted with
+    the policy's shape, ``held_back_ms`` when the group has a rate limit, and the tracking fields."""
+    options = MessageOptions(policy.shape, tracked, policy.limit_for(group_key) is not None)
+    return [(reason, batch) for reason, members in claims
+            for batch in split_to_fit(group_key, members, reason, flushed_at_ms, policy.max_batch_bytes, options)]
+
+
+def schema_name(message: dict) -> str:
+    """The schema version a message names: ``"2"``, ``"1.1"`` (``schema_minor`` 1) or ``"1"``."""
+    if message.get("schema_version") == SCHEMA_VERSION_SHAPED:
+        return "2"
+    return "1.1" if message.get("schema_minor") == SCHEMA_MINOR_HELD_BACK else "1"
+
+
+def load_schema(version: str = "1") -> dict:
+    """The JSON Schema of the message: ``"1"``, ``"1.1"`` (v1 plus the optional held-back field)
+    or ``"2"`` (a generic event shape)."""
+    return json.loads(resources.files("consolidator.schemas").joinpath(f"batch-v{version}.schema.json").read_text())

@@ -1,0 +1,48 @@
+"""Event values in a schema-registry format (Avro, Protobuf, JSON Schema), in front of the JSON
+event parsing.
+
+With ``CONSOLIDATOR_VALUE_FORMAT=json`` (the default) nothing here runs. Otherwise each record's
+value is decoded with its schema from a Confluent-compatible registry or the AWS Glue Schema
+Registry into the JSON bytes of the same document, and :func:`consolidator.rules.events.decode`
+validates that like any JSON value: the event, coalescing, the aggregation and the batch
+message are those of the same document sent as JSON. The event size cap applies to the value
+as received and to its decoded JSON. Failure classes: :mod:`consolidator.sources.formats.base`.
+"""
+
+from __future__ import annotations
+
+from consolidator.rules.events import (
+    Event,
+    FieldNames,
+    KafkaRecord,
+    PoisonEvent,
+    PoisonReason,
+    decode,
+)
+from consolidator.sources.formats.base import RegistryUnavailable, ValueDecoder
+from consolidator.sources.formats.decoder import VALUE_FORMATS, RegistryValueDecoder, ValueFormat
+
+__all__ = ["VALUE_FORMATS", "RegistryUnavailable", "RegistryValueDecoder", "ValueDecoder", "ValueFormat",
+           "decode_event", "value_format_of"]
+
+
+def decode_event(values: ValueDecoder | None, record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Event:
+    """The event of ``record`` whose value is in ``values``' format (None: JSON). Raises
+    :class:`PoisonEvent` for bad input and :class:`RegistryUnavailable` when the registry
+    cannot answer; the record itself is unchanged (a dead letter keeps the value as received)."""
+    value = record.value
+    if values is None or not value:
+        return decode(record, names, max_event_bytes)
+    if len(value) > max_event_bytes:
+        raise PoisonEvent(PoisonReason.TOO_LARGE, f"value is {len(value)} bytes, limit is {max_event_bytes}")
+    return decode(record._replace(value=values.to_json(value)), names, max_event_bytes)
+
+
+
+def value_format_of(settings) -> ValueFormat | None:
+    """The value format the settings (``_Format`` of :mod:`consolidator.settings`) describe;
+    None for JSON."""
+    if settings.value_format == "json":
+        return None
+    return ValueFormat(settings.value_format, settings.schema_registry_url, settings.schema_registry_secret_arn,
+                       settings.glue_registry_name, settings.schema_registry_timeout_seconds, settings.max_event_bytes)

@@ -1,0 +1,74 @@
+"""The flush lock on Redis: ``SET key token NX PX ttl``, released by compare-and-delete.
+
+An efficiency measure only: it makes one flusher the normal case. It guarantees nothing
+about correctness, because a holder can pause past the TTL; the store's conditional
+statements are what keep one event under one batch id.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import redis
+
+from consolidator.rules.errors import LockUnavailable
+
+# Delete the key only if it still holds our token (a lock that expired and was taken by
+# another flusher must not be released by us).
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+DEFAULT_KEY = "consolidator:flush-lock"
+
+
+class RedisLock:
+    """A lock with a random token per acquisition. Not reentrant; one holder object per flusher."""
+
+    def __init__(self, client: redis.Redis, ttl_ms: int, key: str = DEFAULT_KEY) -> None:
+        if ttl_ms <= 0:
+            raise ValueError("the lock TTL must be positive")
+        self.client = client
+        self.ttl_ms = ttl_ms
+        self.key = key
+        self._token: str | None = None
+        self._release = client.register_script(_RELEASE)
+
+    @classmethod
+    def from_url(
+        cls, url: str, ttl_ms: int, key: str = DEFAULT_KEY, timeout_s: float = 2.0, password: str | None = None
+    ) -> RedisLock:
+        """``password`` (an AUTH token) overrides one given in the URL."""
+        options = {"password": password} if password else {}
+        client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, **options)
+        return cls(client, ttl_ms, key)
+
+    @property
+    def token(self) -> str | None:
+        """The token of the current acquisition (None when not held by this object)."""
+        return self._token
+
+    def acquire(self) -> bool:
+        """True when this object now holds the lock for ``ttl_ms``; False when someone else does.
+        Raises :class:`LockUnavailable` when Redis cannot be reached."""
+        token = secrets.token_hex(16)
+        try:
+            acquired = self.client.set(self.key, token, nx=True, px=self.ttl_ms)
+        except redis.RedisError as exc:
+            raise LockUnavailable(f"redis unavailable: {exc}") from exc
+        self._token = token if acquired else None
+        return bool(acquired)
+
+    def release(self) -> bool:
+        """Delete the lock if it still holds our token. False when it had expired (and may now
+        belong to another flusher, whose lock is left alone). Raises :class:`LockUnavailable`."""
+        token, self._token = self._token, None
+        if token is None:
+            return False
+        try:
+            return bool(self._release(keys=[self.key], args=[token]))
+        except redis.RedisError as exc:
+            raise LockUnavailable(f"redis unavailable: {exc}") from exc
