@@ -29,7 +29,7 @@ def random_shape(rng: random.Random) -> Shape:
         if op == "group_sum":
             entry |= {"by": "code", "sum": ["n"]}
         entries.append(entry)
-    full, paths = parse_payload(rng.choice(["none", "full", '["props"]', '["user", "props.page", "lines"]']))
+    full, paths = parse_payload(rng.choice(["none", "full", '["props"]', '["user", "props.page", "lines", "tags"]']))
     return Shape(parse_outputs(json.dumps(entries)), full, paths)
 
 

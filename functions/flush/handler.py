@@ -34,4 +34,5 @@ def handler(event: dict, context) -> dict:
         "published": sum(len(r.published) for r in reports),
         "dead": sum(r.dead for r in reports),
         "publish_failures": sum(r.publish_failures for r in reports),
+        "build_failures": sum(r.build_failures for r in reports),
     }

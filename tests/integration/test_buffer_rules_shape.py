@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
+import sys
 import uuid
 from collections import defaultdict
+from fractions import Fraction
 
 import orjson
 import pyarrow as pa
@@ -46,7 +49,7 @@ from test_buffer_rules import (  # noqa: F401
 from consolidator.rules.clock import ManualClock
 from consolidator.rules.events import FieldNames, KafkaRecord
 from consolidator.rules.policy import Policy, RateLimit
-from consolidator.rules.shape import Shape, parse_outputs
+from consolidator.rules.shape import Shape, parse_outputs, parse_payload
 from consolidator.services.flush import FlushService
 from consolidator.services.ingest import IngestService
 from consolidator.sinks.deadletter import FileDeadLetter
@@ -191,6 +194,103 @@ def test_a_batch_under_the_byte_cap_then_keeps_its_sums_within_int64(shared):  #
     assert [(m["item_ids"], m["aggregates"]["s"]) for m in messages] == [
         (["u0", "u1"], 2**62 + 1), (["u2", "u3"], 0)]
     outcome.check()
+
+
+#: Numbers at the edges (literals as a producer writes them): the smallest subnormal and normal,
+#: the largest double, -0.0, 2^53+1 (not a double), the ends of int64 and just past them (poison
+#: where a number is read), past 64 bits (poison everywhere the shape reads or keeps it).
+EDGE_LITERALS = ["0", "-0.0", "0.0", "5e-324", "-5e-324", "2.2250738585072014e-308", "2.225073858507201e-308",
+                 "1.7976931348623157e308", "-1.7976931348623157e308", "1.7e308", "-1.7e308", "9007199254740993",
+                 "-9007199254740993", "9223372036854775807", "-9223372036854775808", "9223372036854775808",
+                 "-9223372036854775809", "18446744073709551615", "18446744073709551616", "100000000000000000000",
+                 "1e20", "0.1", "1", "-1"]
+_NUMBER_SPECS = [('{"name": "s", "op": "sum", "path": "v"}', "v"), ('{"name": "lo", "op": "min", "path": "v"}', "v"),
+                 ('{"name": "hi", "op": "max", "path": "v"}', "v"), ('{"name": "f", "op": "first", "path": "v"}', "v"),
+                 ('{"name": "l", "op": "last", "path": "w"}', "w"), ('{"name": "d", "op": "distinct", "path": "w"}', "w"),
+                 ('{"name": "g", "op": "group_sum", "path": "lines", "by": "code", "sum": ["n"]}', "lines")]
+
+
+def _number_literals() -> st.SearchStrategy[str]:
+    doubles = st.floats(allow_nan=False, allow_infinity=False).map(repr)
+    integers = st.integers(-(2**65), 2**65).map(str)
+    return st.one_of(st.sampled_from(EDGE_LITERALS), doubles, integers)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(data=st.data(), schedule=st.randoms(use_true_random=False))
+def test_random_and_edge_numbers_give_the_same_batches_and_poison_on_both_engines(shared, data, schedule):  # noqa: F811
+    """Random finite doubles, integers near and past 64 bits, and the edge numbers, as literals,
+    under sum, min, max, first, last, distinct and group_sum, with and without a payload: the
+    Lambda path and the streaming step give the same batches, bytes and poison; every batch's
+    numbers are within bounds (integers within 64 bits, doubles finite), nothing raises."""
+    specs = data.draw(st.lists(st.sampled_from(_NUMBER_SPECS), min_size=1, max_size=4, unique=True), "outputs")
+    payload = data.draw(st.sampled_from(["none", "full", '["v", "lines"]']), "payload")
+    full, paths = parse_payload(payload)
+    shape = Shape(parse_outputs(f"[{', '.join(spec for spec, _ in specs)}]"), full, paths)
+    names = FieldNames(group_key="tenant", item_id="user", shape=shape)
+    literal = _number_literals()
+    history, poison = [], set()
+    for offset in range(data.draw(st.integers(1, 8), "events")):
+        tenant, user = data.draw(st.sampled_from(["T0", "T1"])), data.draw(st.sampled_from(["u0", "u1", "u2", "u3"]))
+        v, w = (data.draw(literal | st.just("null")) for _ in "vw")  # null: absent for the outputs, kept by a payload
+        lines = [(data.draw(st.sampled_from("ab")), data.draw(literal)) for _ in range(data.draw(st.integers(0, 3)))]
+        value = (f'{{"tenant": "{tenant}", "user": "{user}", "v": {v}, "w": {w}, "lines": ['
+                 + ",".join(f'{{"code": "{code}", "n": {n}}}' for code, n in lines) + "]}")
+        history.append(KafkaRecord("events", 0, offset, MONTH_END + 1_000 * offset, tenant.encode(), value.encode()))
+        if _poison_by_the_contract(specs, full, paths, v, w, lines):
+            poison.add(offset)
+    policy: Policy = dataclasses.replace(data.draw(_policies(plain=data.draw(st.booleans(), "plain")), "policy"),
+                                         shape=shape)
+    outcome = both_paths(shared, names, history, policy, job_step(policy, names, 1), 1, schedule)
+    outcome.check()
+    assert {offset for *_, offset in outcome.lambda_poison} == poison
+    for *_, body in outcome.lambda_batches:
+        for number in _numbers(orjson.loads(body)):
+            assert (type(number) is int and -(2**63) <= number < 2**64) or math.isfinite(number), number
+    event(f"batches: {min(len(outcome.lambda_batches), 3)}+, poison: {bool(outcome.lambda_poison)}")
+
+
+def _poison_by_the_contract(specs, full: bool, paths, v: str, w: str, lines: list[tuple[str, str]]) -> bool:
+    """docs/events.md, "Numbers", from the literals alone: an integer literal outside int64 where
+    an output reads a number, beyond 64 bits where the shape keeps any value, a group of
+    ``lines`` whose sum alone leaves int64 or the double range."""
+    def integer(text: str) -> int | None:
+        return int(text) if text.lstrip("-").isdigit() else None
+
+    def outside(text: str, low: int, high: int) -> bool:
+        number = integer(text)
+        return number is not None and not low <= number <= high
+
+    int64, any64 = (-(2**63), 2**63 - 1), (-(2**63), 2**64 - 1)
+    read = {"v": [v], "w": [w], "lines": [n for _, n in lines]}
+    for spec, path in specs:
+        keeps_any = '"first"' in spec or '"last"' in spec
+        if any(outside(text, *(any64 if keeps_any else int64)) for text in read[path]):
+            return True
+    kept = [v, w, *read["lines"]] if full else [v, *read["lines"]] if paths else []
+    if any(outside(text, *any64) for text in kept):
+        return True
+    if any(path == "lines" for _, path in specs):
+        for code in "ab":
+            texts = [n for c, n in lines if c == code]
+            if any(integer(t) is None for t in texts):  # a double among them: the exact sum, as a double
+                if texts and abs(sum(Fraction(float(t)) for t in texts)) >= Fraction(sys.float_info.max) + 2**970:
+                    return True
+            elif not int64[0] <= sum(int(t) for t in texts) <= int64[1]:
+                return True
+    return False
+
+
+def _numbers(value: object):
+    if type(value) is dict:
+        for item in value.values():
+            yield from _numbers(item)
+    elif type(value) is list:
+        for item in value:
+            yield from _numbers(item)
+    elif type(value) in (int, float):
+        yield value
 
 
 @dataclasses.dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from test_cli import NOW, cli, cli_json, env  # noqa: F401 (env is a fixture)
 
@@ -25,7 +26,7 @@ def test_batch_status_ack_and_list_incomplete(env, store, tmp_path):  # noqa: F8
     assert (acked["newly_acknowledged"], acked["duplicates"], acked["completed_now"]) == (2, 0, False)
     overdue = cli_json(env, "batch", "list", "--incomplete")["batches"]
     assert [(b["batch_id"], b["acknowledged"], b["members"]) for b in overdue] == [(BATCH, 2, 3)]
-    assert cli_json(env, "batch", "list", "--incomplete", "--limit", "0")["batches"] == []
+    assert len(cli_json(env, "batch", "list", "--incomplete", "--limit", "1")["batches"]) == 1
 
     refused = cli(env, "batch", "ack", BATCH, "--index", "9", "--index", "0")
     assert refused.exit_code == 1 and "unknown_member: 9" in refused.stderr
@@ -86,3 +87,16 @@ def test_batch_show_and_list_any_batch_with_its_members_and_filters(env, store, 
     assert unknown.exit_code == 1 and "no batch has the id" in unknown.stderr
     bad = cli(env, "batch", "list", "--since", "yesterday")
     assert bad.exit_code == 2 and "30m, 2h, 1d" in bad.stderr
+
+
+def test_batch_list_accepts_exactly_the_limits_its_help_names(env, store):  # noqa: F811
+    """``--help`` names the range of ``--limit``; its ends are accepted and the numbers just past
+    them refused with a usage error naming the same range, with and without --incomplete."""
+    helped = " ".join(cli(env, "batch", "list", "--help").stdout.split())
+    low, high = (int(n.replace(",", "")) for n in re.search(r"batches \(([\d,]+) to ([\d,]+)\)", helped).groups())
+    for mode in ([], ["--incomplete"]):
+        for accepted in (low, high):
+            assert cli(env, "batch", "list", *mode, "--limit", str(accepted), "--json").exit_code == 0
+        for refused in (low - 1, high + 1):
+            result = cli(env, "batch", "list", *mode, "--limit", str(refused))
+            assert result.exit_code == 2 and f"allowed {low:,} to {high:,}" in " ".join(result.stderr.split())

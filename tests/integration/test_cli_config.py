@@ -34,3 +34,20 @@ def test_bad_configuration_exits_2_naming_every_variable_without_secrets(command
         assert name in output
     assert "Traceback" not in output
     assert "hunter2" not in output and "tok3n" not in output
+
+
+@pytest.mark.parametrize("spec", ['{"name": "n", "op": "count"}', ' {"name": "n", "op": "count"}\n'])
+def test_an_inline_spec_that_is_one_object_is_refused_as_not_a_list_not_taken_for_a_file(monkeypatch, tmp_path, spec):
+    from test_cli import cli
+
+    for name in [n for n in os.environ if n.startswith("CONSOLIDATOR_")]:
+        monkeypatch.delenv(name)
+    lines = tmp_path / "events.jsonl"
+    lines.write_text('{"location_id": "W", "order_id": "A"}\n')
+    env = {"CONSOLIDATOR_DATABASE_URL": "mysql://root@127.0.0.1:3306/unused", "CONSOLIDATOR_AGGREGATE": spec,
+           "CONSOLIDATOR_DEAD_LETTER_URL": f"file://{tmp_path / 'dead.jsonl'}"}
+    result = cli(env, "ingest", "--file", str(lines))
+    message = " ".join(result.stderr.split())
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert "CONSOLIDATOR_AGGREGATE" in message and "must be a JSON list of outputs, got one object" in message
+    assert "No such file" not in message and "Traceback" not in result.stderr

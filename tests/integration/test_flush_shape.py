@@ -21,7 +21,7 @@ SPEC = parse_outputs('[{"name": "n", "op": "count"}, {"name": "total", "op": "su
                      ' {"name": "pages", "op": "distinct", "path": "props.page"},'
                      ' {"name": "last_page", "op": "last", "path": "props.page"}]')
 VALIDATORS = {v: jsonschema.Draft202012Validator(load_schema(v), format_checker=jsonschema.FormatChecker())
-              for v in ("1", "1.1", "2")}
+              for v in ("1", "1.1", "1.2", "2")}
 
 
 def value(i: int) -> bytes:

@@ -12,7 +12,7 @@ import pytest
 from random_shapes import random_history, random_shape
 from test_cross_engine import START, serverless
 
-from consolidator.rules.events import FieldNames
+from consolidator.rules.events import FieldNames, KafkaRecord
 from consolidator.rules.policy import Policy, RateLimit
 
 pytestmark = pytest.mark.spark
@@ -58,3 +58,44 @@ def test_random_shapes_and_histories_give_identical_batches_on_both_engines(spar
     assert poison(spark_dead) == poison(lambda_dead)
     lambda_expired = [e for e in lambda_dead if e["reason"] == "expired"]
     assert sorted(spark_expired, key=json.dumps) == sorted(lambda_expired, key=json.dumps)
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_the_numbers_examples_and_edge_numbers_give_identical_batches_on_both_engines(spark, store, tmp_path, plain):
+    """Every example of docs/events.md, "Numbers" (``numbers_doc`` reads the table), each in its
+    own group, and random edge numbers as literals: the serverless path and the Spark replay (the
+    columnar simulation where ``plain``) give the same bytes and the same poison, and each
+    example's totals are the page's."""
+    from numbers_doc import NAMES, SHAPE, examples, totals
+
+    from consolidator.spark.replay import NamedPolicy, replay
+    from consolidator.spark.transforms import records as to_records
+
+    records, offset = [], 0
+    for index, example in enumerate(examples()):
+        records += example.records(f"N{index}", first_offset=offset, timestamp_ms=START + index)
+        offset += len(example.literals)
+    rng = random.Random(7)
+    edges = ["5e-324", "-0.0", "1.7976931348623157e308", "-1.7e308", "9007199254740993", "9223372036854775807",
+             "-9223372036854775808", "-9223372036854775809", "100000000000000000000", "0.1", "1e20", "7"]
+    for i in range(60):
+        records.append(KafkaRecord("events", 1, i, START + 1_000 * i, b"E", b'{"tenant": "E%d", "user": "u%d", "v": %b}'
+                                   % (i % 3, rng.randrange(8), rng.choice(edges).encode())))
+    policy = Policy(debounce_ms=60_000, hard_window_ms=300_000, max_batch_size=4, tick_interval_ms=30_000,
+                    max_batch_bytes=None if plain else 2500, shape=SHAPE)
+    _, lambda_dead = serverless(records, store, tmp_path, policy, NAMES)
+    lambda_bodies = sorted((tmp_path / "serverless-batches.jsonl").read_bytes().splitlines())
+
+    frame = to_records(spark.createDataFrame(
+        [(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value) for r in records],
+        "topic string, partition int, offset long, timestamp long, key binary, value binary"))
+    result = replay(frame, [NamedPolicy("numbers", policy)], NAMES).collect()
+    assert sorted(r["body"].encode() for r in result if r["kind"] == "batch") == lambda_bodies
+    spark_dead = [json.loads(r["body"]) for r in result if r["kind"] == "dead_letter"]
+    assert sorted((e["reason"], e["source"]["partition"], e["source"]["offset"]) for e in spark_dead) == sorted(
+        (e["reason"], e["source"]["partition"], e["source"]["offset"]) for e in lambda_dead)
+
+    for index, example in enumerate(examples()):
+        bodies = sorted((b for b in lambda_bodies if json.loads(b)["group_key"] == f"N{index}"),
+                        key=lambda b: json.loads(b)["members"][0]["offset"])
+        assert totals(bodies) == example.totals, example

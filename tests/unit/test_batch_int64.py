@@ -1,5 +1,5 @@
 """A batch's summed quantities fit a signed 64-bit integer: a claim is split where a sum would
-pass 2**63-1, by one rule both engines use (``batch.int64_prefix`` inside ``fitting_prefix``)."""
+pass 2**63-1, by one rule both engines use (``batch.bounded_prefix`` inside ``fitting_prefix``)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from consolidator.rules.batch import (
     Member,
     MessageOptions,
     _newest_per_item,
+    bounded_prefix,
     build_message,
     fit_claims,
     fit_count,
-    int64_prefix,
     message_bytes,
     split_to_fit,
 )
 from consolidator.rules.events import MAX_QUANTITY, SourcePosition
 from consolidator.rules.policy import FlushReason, Policy
-from consolidator.rules.shape import EventView, Shape, aggregate, parse_outputs, within_int64
+from consolidator.rules.shape import EventView, Shape, aggregate, parse_outputs, within_bounds
 
 BIG = 2**62
 
@@ -36,7 +36,7 @@ def sums_fit(members: list[Member]) -> bool:
 def test_the_member_that_would_pass_int64_starts_the_next_batch():
     members = [member(0, "A", ("S", BIG)), member(1, "B", ("S", BIG - 1)), member(2, "C", ("S", 1)),
                member(3, "D", ("T", 5))]
-    assert int64_prefix(members) == 2  # BIG + BIG - 1 = 2**63 - 1 fits; + 1 does not
+    assert bounded_prefix(members) == 2  # BIG + BIG - 1 = 2**63 - 1 fits; + 1 does not
     batches = split_to_fit("W", members, FlushReason.IDLE, 0, None)
     assert [[m.item_id for m in b] for b in batches] == [["A", "B"], ["C", "D"]]
     assert all(sums_fit(b) for b in batches)
@@ -45,15 +45,15 @@ def test_the_member_that_would_pass_int64_starts_the_next_batch():
 def test_sums_count_the_newest_row_of_each_item_as_the_message_does():
     older = member(5, "A", ("S", BIG))
     newer = member(9, "A", ("S", 1))  # the same item in the next month: only this row counts
-    assert int64_prefix([newer, older, member(10, "B", ("S", BIG)), member(11, "C", ("S", BIG - 2))]) == 4
-    assert int64_prefix([older, newer, member(10, "B", ("S", BIG)), member(11, "C", ("S", BIG))]) == 3
+    assert bounded_prefix([newer, older, member(10, "B", ("S", BIG)), member(11, "C", ("S", BIG - 2))]) == 4
+    assert bounded_prefix([older, newer, member(10, "B", ("S", BIG)), member(11, "C", ("S", BIG))]) == 3
 
 
 def test_small_quantities_never_split_and_a_member_alone_is_a_batch():
     members = [member(i, f"I{i}", ("S", 10**15), ("T", 3)) for i in range(500)]
-    assert int64_prefix(members) == 500
+    assert bounded_prefix(members) == 500
     assert fit_claims("W", [(FlushReason.FULL, members)], 0, Policy()) == [(FlushReason.FULL, members)]
-    assert int64_prefix([member(0, "A", ("S", MAX_QUANTITY)), member(1, "B", ("S", 1))]) == 1
+    assert bounded_prefix([member(0, "A", ("S", MAX_QUANTITY)), member(1, "B", ("S", 1))]) == 1
 
 
 def test_random_claims_split_into_batches_whose_sums_fit():
@@ -78,11 +78,11 @@ ANY = [*NUMBERS, 2**64 - 1, "x", [2**63], {"k": -(2**63) - 1}]  # a first or las
 
 
 def searched_prefix(members: list[Member], shape: Shape) -> int:
-    """``int64_prefix`` without its one-pass bound: every prefix :func:`fit_count` probes is
+    """``bounded_prefix`` without its one-pass bound: every prefix :func:`fit_count` probes is
     aggregated and checked."""
     def fits(m: int) -> bool:
         newest = sorted(_newest_per_item(members[:m]).values(), key=lambda x: x.position)
-        return within_int64(aggregate(shape, [x.items.event for x in newest]))
+        return within_bounds(aggregate(shape, [x.items.event for x in newest]))
     return fit_count(fits, lambda m: min(m, len(members)))
 
 
@@ -102,8 +102,8 @@ def test_a_generic_claims_prefix_is_the_searched_one():
     splits = 0
     for events in cases:
         members = [generic_member(i, f"I{rng.randrange(5)}", e) for i, e in enumerate(events)]
-        assert int64_prefix(members, shape) == searched_prefix(members, shape), events
-        splits += int64_prefix(members, shape) < len(members)
+        assert bounded_prefix(members, shape) == searched_prefix(members, shape), events
+        splits += bounded_prefix(members, shape) < len(members)
     assert splits >= 20  # the cases hold claims that split, not only ones that fit whole
 
 

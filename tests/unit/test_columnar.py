@@ -79,7 +79,7 @@ def test_columnar_simulation_equals_the_reference(history, policy):
         if chunk.group_keys.index(key) in handed_back:
             assert key not in got
             assert any(b.reason == FlushReason.FULL or len(b.members) == policy.max_batch_size
-                       or sum(q for m in b.members for _, q in m.items) > MAX_QUANTITY  # int64_prefix may cut
+                       or sum(q for m in b.members for _, q in m.items) > MAX_QUANTITY  # bounded_prefix may cut
                        for b in reference.batches)
             continue
         expected = [(b.reason, b.flushed_at_ms, b.batch_id, len(b.members), b.message["event_count"], b.latencies_ms,

@@ -22,7 +22,7 @@ from consolidator.rules.buffer import BufferedEvent
 from consolidator.rules.events import FieldNames, KafkaRecord, PoisonEvent, decode
 from consolidator.rules.policy import FlushReason, Policy
 from consolidator.rules.shape import Shape, parse_outputs, stored_text
-from consolidator.rules.shape_bounds import int64_safe
+from consolidator.rules.shape_bounds import bounds_safe
 from consolidator.rules.simulation import simulate_group
 from consolidator.spark.columnar import make_chunk, parse_items
 from consolidator.spark.columnar_shape import is_plain_shaped, simulate_chunk_shaped
@@ -69,7 +69,7 @@ def _check(history: list[tuple[str, BufferedEvent, str]], policy: Policy, kept: 
             back.add(key)
             assert (any(b.reason == FlushReason.FULL or len(b.members) == policy.max_batch_size
                         for b in reference.batches)
-                    or not int64_safe(policy.shape, [e.items.event for g, e, _ in history if g == key]))
+                    or not bounds_safe(policy.shape, [e.items.event for g, e, _ in history if g == key]))
             continue
         expected = [(str(b.reason), b.flushed_at_ms, b.batch_id, len(b.members), b.message["event_count"],
                      b.latencies_ms, encode(b.message).decode()) for b in reference.batches]

@@ -13,6 +13,7 @@ from consolidator.rules.batch import (
     ack_token_matches,
     build_message,
     load_schema,
+    schema_name,
 )
 from consolidator.rules.completion import (
     Ack,
@@ -75,9 +76,9 @@ def test_a_tracked_batch_message_carries_item_ids_in_member_order():
                for offset, item in ((7, "B"), (3, "A"), (9, "A"))]
     plain = build_message("WH-1", members, FlushReason.IDLE, 0)
     tracked = build_message("WH-1", members, FlushReason.IDLE, 0, ack_key=KEY)
-    validator = jsonschema.Draft202012Validator(load_schema())
-    validator.validate(plain)
-    validator.validate(tracked)
+    jsonschema.Draft202012Validator(load_schema(schema_name(plain))).validate(plain)
+    jsonschema.Draft202012Validator(load_schema(schema_name(tracked))).validate(tracked)
+    assert (schema_name(plain), schema_name(tracked)) == ("1", "1.2")
     assert "completion_tracking" not in plain and tracked["completion_tracking"] is True
     assert [m["item_id"] for m in tracked["members"]] == ["A", "B", "A"]  # sorted by position
     assert [{k: v for k, v in m.items() if k != "item_id"} for m in tracked["members"]] == plain["members"]
@@ -124,12 +125,17 @@ def test_the_ack_carries_the_token_and_hides_it_from_reprs():
 
 @pytest.mark.parametrize("held_back_ms", [0, 1_500])
 def test_every_tracked_message_is_valid_against_the_schema_it_names(held_back_ms):
-    """A tracked message (v1) and a tracked message of a held-back group (v1.1) both validate;
-    a tracked message without its token does not."""
+    """A tracked message names version 1.2 (``schema_minor`` 2), held back by a rate limit or
+    not, and validates against it; a tracked message without its token does not. The tracking
+    fields are a minor version: the version 1 and 1.1 schemas a consumer holds refuse them, so
+    the message never names those."""
     members = [Member(SourcePosition("orders", 0, offset), f"O{offset}", (("SKU-1", 1),), 0, 0) for offset in range(3)]
     message = build_message("WH-1", members, FlushReason.IDLE, 0, ack_key=KEY, held_back_ms=held_back_ms)
     assert message["ack_token"] == ack_token(KEY, message["batch_id"])
-    validator = jsonschema.Draft202012Validator(load_schema("1.1" if held_back_ms else "1"))
+    assert (message["schema_minor"], schema_name(message)) == (2, "1.2")
+    for older in ("1", "1.1"):
+        assert not jsonschema.Draft202012Validator(load_schema(older)).is_valid(message)
+    validator = jsonschema.Draft202012Validator(load_schema(schema_name(message)))
     validator.validate(message)
     with pytest.raises(jsonschema.ValidationError, match="ack_token"):
         validator.validate({k: v for k, v in message.items() if k != "ack_token"})

@@ -10,6 +10,7 @@ import random
 import orjson
 import pytest
 from random_shapes import random_history, random_shape
+from test_decode_shaped import BIG_LITERALS
 
 from consolidator.rules.events import FieldNames
 from consolidator.rules.shape import Shape, parse_outputs
@@ -29,7 +30,8 @@ def _odd_values(rng: random.Random) -> list[bytes | None]:
             b'{"tenant":"T0","user":"u","amount":18446744073709551615,"price":1e400}',
             b'{"tenant":"T0","user":"u","props":[1],"lines":[{"code":"c","n":9223372036854775807},{"code":"c","n":1}]}',
             b'{"tenant":"T0","user":"u","lines":"x","props":{"page":{"a":[1]}}}',
-            b"\xff\xfe", orjson.dumps({"tenant": "T0", "user": "u", "x": "y" * MAX_EVENT_BYTES}), deep]
+            b"\xff\xfe", orjson.dumps({"tenant": "T0", "user": "u", "x": "y" * MAX_EVENT_BYTES}), deep,
+            *BIG_LITERALS]
 
 
 def _deep(depth: int) -> bytes:

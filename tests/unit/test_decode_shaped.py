@@ -35,7 +35,13 @@ def _deep(depth: int) -> bytes:
     return ('{"tenant":"T0","user":"u"' + ',"props":{"page":"/p"' * depth + "}" * depth + "}").encode()
 
 
-ODD = [None, b"", b"not json", b"[1,2]", b'"text"', b"\xff\xfe", b'\xef\xbb\xbf{"tenant":"T","user":"u"}',
+#: Integer literals beyond 64 bits (the JSON parser reads doubles): classified by their literal
+BIG_LITERALS = [b'{"tenant":100000000000000000000,"user":-9223372036854775809}',
+                b'{"tenant":"T0","user":"u","amount":-9223372036854775809,"price":100000000000000000000}',
+                b'{"tenant":"T0","user":"u","tags":18446744073709551616,"props":{"page":"12345678901234567890"}}',
+                b'{"tenant":"T0","user":"u","lines":[{"code":"c","n":-99999999999999999999}],"amount":1e20}',
+                b'{"tenant":"T0","user":"u","props":' + b"[" * 600 + b"100000000000000000000" + b"]" * 600 + b"}"]
+ODD = [*BIG_LITERALS, None, b"", b"not json", b"[1,2]", b'"text"', b"\xff\xfe", b'\xef\xbb\xbf{"tenant":"T","user":"u"}',
        b'{"tenant":"T0"}', b'{"user":"u"}', b'{"tenant":7,"user":"u"}', b'{"tenant":"T0","user":3}',
        b'{"tenant":"","user":"u"}', b'{"tenant":"T","user":""}', b'{"tenant":true,"user":"u"}',
        b'{"tenant":"T","user":[1]}', ('{"tenant":"' + "t" * 192 + '","user":"u"}').encode(),

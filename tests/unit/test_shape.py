@@ -41,6 +41,7 @@ from consolidator.rules.shape import (
     stored_text,
 )
 from consolidator.settings import ConfigurationError, IngestSettings, load_settings
+from consolidator.sinks.sqs_text import escaped_bytes
 
 SENSORS = parse_outputs(orjson.dumps([
     {"name": "readings", "op": "count"},
@@ -55,7 +56,7 @@ SENSORS = parse_outputs(orjson.dumps([
 SHAPE = Shape(SENSORS)
 NAMES = FieldNames(group_key="device", item_id="sensor", shape=SHAPE)
 VALIDATORS = {v: jsonschema.Draft202012Validator(load_schema(v), format_checker=jsonschema.FormatChecker())
-              for v in ("1", "1.1", "2")}
+              for v in ("1", "1.1", "1.2", "2")}
 
 
 def record(value: object, offset: int = 0) -> KafkaRecord:
@@ -191,27 +192,30 @@ _json = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1
 @settings(max_examples=60, deadline=None)
 @given(shaped=st.booleans(), payload=st.sampled_from(["none", "full", '["status", "blob"]']),
        tracked=st.booleans(), rate_limited=st.booleans(), blobs=st.lists(_json, min_size=1, max_size=12),
-       cap=st.integers(900, 4000))
+       cap=st.integers(900, 4000), sqs=st.booleans())
 def test_every_message_fits_the_cap_on_its_exact_bytes_and_validates_against_the_schema_it_names(
-        shaped, payload, tracked, rate_limited, blobs, cap):
+        shaped, payload, tracked, rate_limited, blobs, cap, sqs):
     """Every option combination: the encoded bytes as published (ack token, held-back time,
-    payloads included) are within the cap, or the batch is one member that can never fit."""
+    payloads included), as the sink counts them (``sqs``: U+FFFF sent as a 6-byte escape), are
+    within the cap, or the batch is one member that can never fit."""
     full, paths = parse_payload(payload)
     shape = Shape(SENSORS, full, paths) if shaped or payload != "none" else None
     members = []
     for i, blob in enumerate(blobs):
         if shape is None:
-            members.append(Member(SourcePosition("t", 0, i), f"item-\x01\"{i}", ((f"sku{i % 3}", i),), i, i + 1))
+            members.append(Member(SourcePosition("t", 0, i), f"item-\x01\"\uffff{i}", ((f"sku{i % 3}\ufffe", i),), i,
+                                  i + 1))
         else:
-            members.append(member(i, f"item-{i % 5}", {"status": "ok", "blob": blob, "reading": {"celsius": i}}))
-    options = MessageOptions(shape, tracked, rate_limited)
+            members.append(member(i, f"item-{i % 5}", {"status": "ok\uffff", "blob": blob, "reading": {"celsius": i}}))
+    options = MessageOptions(shape, tracked, rate_limited, escaped_bytes if sqs else len)
     for batch in split_to_fit("g", members, FlushReason.IDLE, 10_000, cap, options):
         message = build_message("g", batch, FlushReason.IDLE, 10_000, shape=shape,
                                 ack_key=b"k" * 16 if tracked else None, held_back_ms=987_654_321 if rate_limited else 0)
+        sent = options.measure(encode(message))
+        assert sent <= cap or len(batch) == 1
+        assert sent <= message_bytes("g", batch, FlushReason.IDLE, 10_000, options)
+        assert sent <= message_bytes_bound("g", batch, options)
         body = encode(message)
-        assert len(body) <= cap or len(batch) == 1
-        assert len(body) <= message_bytes("g", batch, FlushReason.IDLE, 10_000, options)
-        assert len(body) <= message_bytes_bound("g", batch, options)
         VALIDATORS[schema_name(message)].validate(orjson.loads(body))
 
 

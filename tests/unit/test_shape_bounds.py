@@ -1,6 +1,7 @@
-"""The int64 bound of a generic shape's outputs is sound, and ``batch.int64_prefix`` gives with it
-exactly what probing prefixes gives: random specs over random events, with integers near the
-int64 bound so that claims do split."""
+"""The bound of a generic shape's outputs (int64, the double range) is sound, and
+``batch.bounded_prefix`` gives with it exactly what probing prefixes gives: random specs over
+random events, with integers near the int64 bound and doubles near the largest one, so that
+claims do split."""
 
 from __future__ import annotations
 
@@ -9,24 +10,24 @@ import random
 import pytest
 from random_shapes import random_shape
 
-from consolidator.rules.batch import Member, _newest_per_item, fit_count, int64_prefix
+from consolidator.rules.batch import Member, _newest_per_item, bounded_prefix, fit_count
 from consolidator.rules.events import SourcePosition
-from consolidator.rules.shape import ValueFault, aggregate, retain, within_int64
-from consolidator.rules.shape_bounds import int64_safe
+from consolidator.rules.shape import ValueFault, aggregate, retain, within_bounds
+from consolidator.rules.shape_bounds import bounds_safe
 
 
 def _event(rng: random.Random) -> dict:
-    big = [2**62, 2**63 - 1, -(2**63), 2**64 - 1, 3, 2.5]
+    big = [2**62, 2**63 - 1, -(2**63), 2**64 - 1, 3, 2.5, 1.7e308, -1.7e308, 8.9e307, 5e-324]
     return {"amount": rng.choice(big), "price": rng.choice(big), "props": {"page": "/p", "n": rng.choice(big)},
             "lines": [{"code": rng.choice("ab"), "n": rng.choice(big)} for _ in range(rng.randrange(3))],
             "tags": rng.choice(big)}
 
 
 def _probed(members: list[Member], shape) -> int:
-    """int64_prefix's probing, without the bound."""
+    """bounded_prefix's probing, without the bound."""
     def fits(m: int) -> bool:
         newest = sorted(_newest_per_item(members[:m]).values(), key=lambda x: x.position)
-        return within_int64(aggregate(shape, [x.items.event for x in newest]))
+        return within_bounds(aggregate(shape, [x.items.event for x in newest]))
     return fit_count(fits, lambda m: min(m, len(members)))
 
 
@@ -42,7 +43,7 @@ def test_int64_prefix_with_the_bound_is_the_probed_prefix(seed):
             continue
         members.append(Member(SourcePosition("t", 0, rng.randrange(50)), f"u{rng.randrange(4)}", view, 0, 0))
     events = [m.items.event for m in members]
-    if int64_safe(shape, events):  # sound: every prefix's outputs fit
-        assert all(within_int64(aggregate(shape, events[:m])) for m in range(1, len(events) + 1))
+    if bounds_safe(shape, events):  # sound: every prefix's outputs fit
+        assert all(within_bounds(aggregate(shape, events[:m])) for m in range(1, len(events) + 1))
     if members:
-        assert int64_prefix(members, shape) == _probed(members, shape)
+        assert bounded_prefix(members, shape) == _probed(members, shape)

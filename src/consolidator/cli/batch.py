@@ -180,8 +180,8 @@ def list_(
     state: Annotated[str | None, typer.Option(help="Only batches in this state: CLAIMED, SENT, DEAD or EXPIRED.")] = None,
     group: Annotated[str | None, typer.Option(help="Only batches of this group key.")] = None,
     since: Annotated[str | None, typer.Option(help="Only batches claimed since: 30m, 2h, 1d or an ISO time.")] = None,
-    limit: Annotated[int, typer.Option(parser=bounded(0, MAX_LIST, integer=True),
-                                       help="Show at most this many batches (0 to 100,000).")] = 100,
+    limit: Annotated[int, typer.Option(parser=bounded(1, MAX_LIST, integer=True),
+                                       help="Show at most this many batches (1 to 100,000).")] = 100,
     as_json: JsonOption = False,
 ) -> None:
     """Batches, newest first, filtered by state, group and claim time. With --incomplete: tracked
@@ -216,8 +216,6 @@ def list_(
 def _list_batches(state: str | None, group: str | None, since: str | None, limit: int, as_json: bool) -> None:
     from consolidator.store.batch_views import STATES
 
-    if limit < 1:
-        raise typer.BadParameter(f"{limit}: at least 1", param_hint="--limit")
     if state is not None and state.upper() not in STATES:
         raise typer.BadParameter(f"{state!r}: give one of {', '.join(STATES)}", param_hint="--state")
     now = wall_clock_ms()

@@ -7,8 +7,10 @@ and, when configured, its newest event.
 
 ``batch_id`` is a function of the group key, the members' source positions and their topics'
 epochs only, so every engine, every retry and every replay of the same claim yields the same id.
-The JSON Schema is ``schemas/batch-v1.schema.json`` (``batch-v1.1.schema.json`` adds the optional
-``held_back_ms`` of a rate-limited group).
+The JSON Schema is ``schemas/batch-v1.schema.json``; minor versions add optional fields and say
+so in ``schema_minor``: ``batch-v1.1.schema.json`` the ``held_back_ms`` of a rate-limited group,
+``batch-v1.2.schema.json`` completion tracking (``completion_tracking``, ``ack_token``, each
+member's item id).
 
 A batch sealed for completion tracking carries an ``ack_token``: an HMAC of its batch id under
 the deployment's ack key (stored in the database, never in a message or a log). Only who
@@ -39,13 +41,15 @@ from consolidator.rules.shape import (
     Shape,
     aggregate,
     payload_of,
-    within_int64,
+    within_bounds,
 )
-from consolidator.rules.shape_bounds import int64_safe
+from consolidator.rules.shape_bounds import bounds_safe
 
 SCHEMA_VERSION = 1
 SCHEMA_VERSION_SHAPED = 2  # a generic event shape (schemas/batch-v2.schema.json)
 SCHEMA_MINOR_HELD_BACK = 1  # v1.1: optional ``held_back_ms`` (schemas/batch-v1.1.schema.json)
+SCHEMA_MINOR_TRACKED = 2  # v1.2: completion tracking and the ack token (schemas/batch-v1.2.schema.json)
+_MINOR_NAMES = {SCHEMA_MINOR_HELD_BACK: "1.1", SCHEMA_MINOR_TRACKED: "1.2"}
 
 
 class Member(NamedTuple):
@@ -121,11 +125,19 @@ def iso_ms(epoch_ms: int) -> str:
 class MessageOptions:
     """What, besides its members, decides a message's size: the event shape (None: version 1),
     completion tracking (item ids and the ack token) and a rate limit (``held_back_ms``). The
-    byte cap is applied to the message with every optional field these allow, at its widest."""
+    byte cap is applied to the message with every optional field these allow, at its widest,
+    counted as the sink counts a body (``measure``: the policy's ``measure_body``; the encoded
+    bytes as they are, or as the sink writes them)."""
 
     shape: Shape | None = None
     tracked: bool = False
     rate_limited: bool = False
+    measure: Callable[[bytes], int] = len
+
+    @classmethod
+    def of(cls, policy: Policy, tracked: bool = False, rate_limited: bool = False) -> MessageOptions:
+        """The options of ``policy``'s messages: its shape and how its sink counts a body."""
+        return cls(policy.shape, tracked, rate_limited, policy.measure_body)
 
 
 PLAIN = MessageOptions()
@@ -150,10 +162,11 @@ def build_message(
     """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
     position's items count; quantities are summed per sku across items. ``ack_key`` (completion
     tracking on): the batch is sealed for completion tracking; the message says so, carries its
-    ``ack_token`` (:func:`ack_token`), and each ``members`` entry carries its item id (member i =
-    i-th entry, what acks name by index). A group held back by
-    its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1); every other message is
-    exactly v1, so consumers of v1 see no change while no rate limit holds a group back.
+    ``ack_token`` (:func:`ack_token`), each ``members`` entry carries its item id (member i =
+    i-th entry, what acks name by index), and ``schema_minor: 2`` (v1.2). A group held back by
+    its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1, or 2 when tracked); every
+    other message is exactly v1, so consumers of v1 see no change while no rate limit holds a
+    group back and tracking is off.
     ``epochs``: the topics' epochs the batch id is computed with (:func:`batch_id`); ``None``
     for a batch claimed before schema 9, whose id is :func:`batch_id_v1`. ``shape``: a generic
     event shape gives the version 2 message (:func:`_build_shaped`)."""
@@ -185,6 +198,7 @@ def build_message(
         message |= {"schema_minor": SCHEMA_MINOR_HELD_BACK, "held_back_ms": held_back_ms}
     if ack_key is not None:
         item_of = {m.position: m.item_id for m in members}
+        message["schema_minor"] = SCHEMA_MINOR_TRACKED
         message["completion_tracking"] = True
         message["ack_token"] = ack_token(ack_key, message["batch_id"])
         message["members"] = [{**p.as_dict(), "item_id": item_of[p]} for p in positions]
@@ -251,17 +265,19 @@ def encode(message: dict) -> bytes:
 def message_bytes(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
                   options: MessageOptions = PLAIN) -> int:
     """Size of the encoded message of these members with every field ``options`` allow, at its
-    widest: the published message is never larger (the ack token has a fixed length, the
-    held-back time is counted with the most digits it can have)."""
-    return len(encode(build_message(
+    widest, as the sink counts it (``options.measure``): the published message is never larger
+    (the ack token has a fixed length, the held-back time is counted with the most digits it
+    can have)."""
+    return options.measure(encode(build_message(
         group_key, members, reason, flushed_at_ms, shape=options.shape,
         ack_key=_SIZING_KEY if options.tracked else None, held_back_ms=INT64_MAX if options.rate_limited else 0)))
 
 
 def message_bytes_bound(group_key: str, members: Sequence[Member], options: MessageOptions = PLAIN) -> int:
     """An upper bound of :func:`message_bytes`, without building the message: every string
-    counted as if each character were a 6-byte JSON escape, every number at its widest. A
-    generic shape has no cheap bound (its members carry events): the bound is then infinite."""
+    counted as if each character were a 6-byte JSON escape (the most any sink writes for one:
+    the SQS sink's escapes are 6 bytes too), every number at its widest. A generic shape has
+    no cheap bound (its members carry events): the bound is then infinite."""
     if options.shape is not None:
         return 1 << 62
     size = 512 + 6 * len(group_key)  # fixed fields, keys, batch id, times, counts
@@ -316,18 +332,19 @@ def prefix_fits(group_key: str, members: Sequence[Member], reason: FlushReason, 
     return fits
 
 
-def int64_prefix(members: Sequence[Member], shape: Shape | None = None) -> int:
+def bounded_prefix(members: Sequence[Member], shape: Shape | None = None) -> int:
     """How many of ``members`` (claim order) the next batch takes before a quantity it sums
     would pass ``MAX_QUANTITY`` (2**63-1): members are taken one by one, as
     :func:`build_message` counts them (the newest row of each item), and the first that would
     take a sku's sum over the bound starts the next batch. At least 1: ingest refuses an event
     whose own sums go over, so a member alone always fits. Cheap when the quantities of all
     members together fit (always, unless quantities reach 10**18 or so). A generic ``shape``:
-    the longest prefix (:func:`fit_count`) whose integer outputs all fit int64."""
+    the longest prefix (:func:`fit_count`) whose outputs all stay within bounds
+    (:func:`~consolidator.rules.shape.within_bounds`: integers within int64, doubles finite)."""
     if shape is not None:
-        if int64_safe(shape, [_view(x.items).event for x in members]):
+        if bounds_safe(shape, [_view(x.items).event for x in members]):
             return len(members)  # every prefix fits (shape_bounds): what probing gives, without it
-        return fit_count(lambda m: within_int64(aggregate(shape, [
+        return fit_count(lambda m: within_bounds(aggregate(shape, [
             _view(x.items).event for x in sorted(_newest_per_item(members[:m]).values(), key=lambda x: x.position)])),
             lambda m: min(m, len(members)))
     if sum([quantity for m in members for _, quantity in _pairs(m.items)]) <= MAX_QUANTITY:
@@ -357,15 +374,15 @@ def fitting_prefix(
     """How many of ``members`` (claim order) the next batch takes: under the byte cap (``None``:
     no cap) :func:`fit_count` over them, at least 1 (a member too large on its own is a batch of
     its own; the sink rejects it and, after ``max_attempts``, it reaches the dead-letter
-    destination), then of that prefix :func:`int64_prefix` (its summed quantities fit a signed
-    64-bit integer), in this order, as the Lambda path's claim (``store/claims.py``): sums may
-    leave int64 and come back (negative values), so the int64 prefix of the whole claim, cut
-    by the byte cap afterwards, could sum past it. While a message grows with its prefix
+    destination), then of that prefix :func:`bounded_prefix` (its integer sums fit a signed
+    64-bit integer, its double sums are finite), in this order, as the Lambda path's claim
+    (``store/claims.py``): sums may leave int64 and come back (negative values), so the bounded
+    prefix of the whole claim, cut by the byte cap afterwards, could sum past it. While a message grows with its prefix
     (always, except where a later member of an item replaces an earlier one with fewer SKUs)
     this is the longest prefix that fits."""
     taken = len(members) if max_bytes is None else fit_count(
         prefix_fits(group_key, members, reason, flushed_at_ms, max_bytes, options), lambda m: min(m, len(members)))
-    return int64_prefix(members[:taken], options.shape) if taken else 0
+    return bounded_prefix(members[:taken], options.shape) if taken else 0
 
 
 def split_to_fit(
@@ -388,21 +405,24 @@ def fit_claims(
     tracked: bool = False,
 ) -> list[tuple[FlushReason, list[Member]]]:
     """:func:`~consolidator.rules.policy.plan_batches` claims split under ``policy.max_batch_bytes`` and
-    so that their summed quantities fit int64 (:func:`fitting_prefix`), the size counted with
-    the policy's shape, ``held_back_ms`` when the group has a rate limit, and the tracking fields."""
-    options = MessageOptions(policy.shape, tracked, policy.limit_for(group_key) is not None)
+    so that their sums stay within bounds (:func:`fitting_prefix`), the size counted as
+    ``policy.measure_body`` counts a body, with the policy's shape, ``held_back_ms`` when the
+    group has a rate limit, and the tracking fields."""
+    options = MessageOptions.of(policy, tracked, policy.limit_for(group_key) is not None)
     return [(reason, batch) for reason, members in claims
             for batch in split_to_fit(group_key, members, reason, flushed_at_ms, policy.max_batch_bytes, options)]
 
 
 def schema_name(message: dict) -> str:
-    """The schema version a message names: ``"2"``, ``"1.1"`` (``schema_minor`` 1) or ``"1"``."""
+    """The schema version a message names: ``"2"``, ``"1.2"`` (``schema_minor`` 2), ``"1.1"``
+    (``schema_minor`` 1) or ``"1"``."""
     if message.get("schema_version") == SCHEMA_VERSION_SHAPED:
         return "2"
-    return "1.1" if message.get("schema_minor") == SCHEMA_MINOR_HELD_BACK else "1"
+    return _MINOR_NAMES.get(message.get("schema_minor"), "1")  # type: ignore[arg-type]
 
 
 def load_schema(version: str = "1") -> dict:
-    """The JSON Schema of the message: ``"1"``, ``"1.1"`` (v1 plus the optional held-back field)
-    or ``"2"`` (a generic event shape)."""
+    """The JSON Schema of the message: ``"1"``, ``"1.1"`` (v1 plus the optional held-back field),
+    ``"1.2"`` (v1.1 plus completion tracking) or ``"2"`` (a generic event shape);
+    :func:`schema_name` names a message's."""
     return json.loads(resources.files("consolidator.schemas").joinpath(f"batch-v{version}.schema.json").read_text())

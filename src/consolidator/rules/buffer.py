@@ -48,7 +48,7 @@ class BufferedEvent:
 def claim_split(group_key: str, now_ms: int, policy: Policy,
                 tracked: bool = False) -> Callable[[FlushReason, list[Member]], list[list[Member]]]:
     """The ``split`` of :func:`~consolidator.rules.policy.plan_group`: a claim as the batches the
-    flush's claim makes of it (:func:`~consolidator.rules.batch.fit_claims`: byte cap, int64 sums),
+    flush's claim makes of it (:func:`~consolidator.rules.batch.fit_claims`: byte cap, sums within bounds),
     so that the plan counts each batch against the rate limit, as the Lambda path does."""
     return lambda reason, members: [rows for _, rows in fit_claims(group_key, [(reason, members)], now_ms, policy,
                                                                     tracked)]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Sequence
 
 from consolidator.rules.batch import Member, iso_ms
 from consolidator.rules.events import KafkaRecord, PoisonEvent, Rejected
@@ -121,6 +122,26 @@ def dead_batch_entry(message: dict, attempts: int, error: str, now_ms: int) -> d
         "reason": "max_attempts",
         "attempts": attempts,
         "batch": message,
+        "dead_lettered_at": iso_ms(now_ms),
+    }
+    return _text(entry, "detail", error)
+
+
+def unbuilt_batch_entry(batch_id: str, group_key: str, members: Sequence[Member] | None, attempts: int, error: str,
+                        now_ms: int) -> dict:
+    """The dead-letter message of a batch whose message could not be built ``attempts`` times (an
+    unexpected error, ``error``): a dead batch like :func:`dead_batch_entry`, whose ``batch``
+    holds what is known without the message (``message_built`` false): its id, group and, when
+    its rows could be read, its members' positions and item ids, in batch order."""
+    batch: dict = {"batch_id": batch_id, "group_key": group_key, "message_built": False}
+    if members is not None:
+        batch["members"] = [{**m.position.as_dict(), "item_id": m.item_id} for m in members]
+    entry = {
+        "kind": "dead_batch",
+        "idempotency_key": f"dead_batch:{batch_id}",
+        "reason": "max_attempts",
+        "attempts": attempts,
+        "batch": batch,
         "dead_lettered_at": iso_ms(now_ms),
     }
     return _text(entry, "detail", error)

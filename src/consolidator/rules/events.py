@@ -23,6 +23,7 @@ import msgspec
 import orjson
 
 from consolidator.rules.errors import ConsolidatorError
+from consolidator.rules.literals import exact_document
 from consolidator.rules.shape import EventView, Shape, ValueFault, retain
 
 # Records, positions and events are NamedTuples: immutable, ordered like tuples, and several
@@ -205,7 +206,8 @@ def _within_int64(items: tuple[tuple[str, int], ...], names: FieldNames) -> tupl
 
 def _parse(value: bytes) -> object:
     """JSON bytes -> Python value (orjson: strict UTF-8, no NaN, no lone surrogates, depth <= 1024,
-    integers beyond 64 bits read as floats)."""
+    no number beyond the double range; an integer literal beyond 64 bits read as a float, so
+    where it matters its literal decides: :func:`consolidator.rules.literals.exact_document`)."""
     try:
         return orjson.loads(value)
     except orjson.JSONDecodeError as exc:
@@ -227,25 +229,24 @@ def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -
     document = _parse(value)
     if type(document) is not dict:
         raise PoisonEvent(PoisonReason.NOT_OBJECT, f"value is a JSON {type(document).__name__}, not an object")
-    get = document.get
+    group, item = document.get(names.group_key), document.get(names.item_id)
+    if type(group) is float or type(item) is float:  # perhaps an integer literal beyond 64 bits
+        exact = exact_document(document, value)
+        if type(exact) is dict:
+            group, item = exact.get(names.group_key), exact.get(names.item_id)
+    group_key = _identifier(group, names.group_key, PoisonReason.MISSING_GROUP_KEY, PoisonReason.BAD_GROUP_KEY)
+    item_id = _identifier(item, names.item_id, PoisonReason.MISSING_ITEM_ID, PoisonReason.BAD_ITEM_ID)
+    position = SourcePosition(record.topic, record.partition, record.offset)
     if names.shape is not None:
-        return Event(
-            SourcePosition(record.topic, record.partition, record.offset),
-            record.timestamp_ms,
-            _identifier(get(names.group_key), names.group_key, PoisonReason.MISSING_GROUP_KEY,
-                        PoisonReason.BAD_GROUP_KEY),
-            _identifier(get(names.item_id), names.item_id, PoisonReason.MISSING_ITEM_ID, PoisonReason.BAD_ITEM_ID),
-            _retained(document, names.shape, value),
-            value,
-        )
-    return Event(
-        SourcePosition(record.topic, record.partition, record.offset),
-        record.timestamp_ms,
-        _identifier(get(names.group_key), names.group_key, PoisonReason.MISSING_GROUP_KEY, PoisonReason.BAD_GROUP_KEY),
-        _identifier(get(names.item_id), names.item_id, PoisonReason.MISSING_ITEM_ID, PoisonReason.BAD_ITEM_ID),
-        _items(get(names.items), names),
-        value,
-    )
+        return Event(position, record.timestamp_ms, group_key, item_id, _retained(document, names.shape, value), value)
+    try:
+        items = _items(document.get(names.items), names)
+    except PoisonEvent:
+        exact = exact_document(document, value)  # the detail names a quantity as written, not as a double
+        if type(exact) is dict:
+            _items(exact.get(names.items), names)
+        raise
+    return Event(position, record.timestamp_ms, group_key, item_id, items, value)
 
 
 def _retained(document: dict, shape: Shape, source: bytes) -> EventView:

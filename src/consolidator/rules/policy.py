@@ -57,6 +57,9 @@ class Policy:
     max_batch_size: int = 500
     tick_interval_ms: int = 30_000
     max_batch_bytes: int | None = None  # encoded message cap; a claim is split to fit (batch.split_to_fit)
+    # how the sink counts a message body against ``max_batch_bytes`` (the sink's ``measure_body``):
+    # the encoded bytes as they are, or as the sink writes them (SQS escapes some characters)
+    measure_body: Callable[[bytes], int] = len
     rate_limit: RateLimit | None = None  # the default of every group; None: unlimited
     ttl_ms: int = 0  # event time-to-live; 0: off (the deployed setting defaults to 6 h)
     rate_overrides: tuple[tuple[str, RateLimit], ...] = ()  # per group, win over ``rate_limit``

@@ -19,13 +19,18 @@ Guarantees:
 - **Poison follows the spec.** A path the shape reads may be absent (or null): the member
   contributes nothing. Present with the wrong type, it is poison (``bad_value``), the detail
   naming the path and the expected type. A field no output reads is never looked at.
-- **Numbers.** JSON integers are exact within signed 64 bits; an integer outside it, where the
-  shape reads a number, is poison (an integer literal beyond 64 bits is read as a double by the
-  JSON parser, as every other engine does). Integer sums are exact: a claim whose sum would
-  leave int64 is split, as the byte cap splits it. A sum with any double in it is a double:
-  each value taken as a double (an integer beyond 2**53 is rounded to one), then summed exactly
-  and rounded once (``math.fsum``, whatever the order); doubles are
-  written as the shortest text that reads back as the same double.
+- **Numbers** (docs/events.md, "Numbers"). A number is classified by its literal: digits only
+  is an integer, whatever its size (the JSON parser reads one beyond 64 bits as a double: such
+  a literal is found in the text, :func:`retain_with_values`); a fraction or an exponent makes
+  a double. Where an output reads a number, an integer outside signed 64 bits is poison;
+  where the shape keeps any value (``first``, ``last``, a member payload), integers are kept
+  exactly within 64 bits (-2**63 .. 2**64-1) and one beyond is poison, never a double.
+  Integer sums are exact. A sum with any double in it is a double: each value taken as a
+  double (an integer beyond 2**53 is rounded to one), then summed exactly and rounded once
+  (whatever the order); doubles are written as the shortest text that reads back as the same
+  double. Every output stays within bounds (:func:`within_bounds`: integers within int64,
+  doubles finite): a claim whose outputs would leave them is split, as the byte cap splits it,
+  and an event whose ``group_sum`` alone leaves them is poison, the detail naming the element.
 """
 
 from __future__ import annotations
@@ -33,9 +38,21 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import orjson
 
+from consolidator.rules.literals import (  # noqa: F401 (INT64_MIN, INT64_MAX, UINT64_MAX: re-exported)
+    EXACT_DEPTH,
+    INT64_MAX,
+    INT64_MIN,
+    UINT64_MAX,
+    beyond_64_bits,
+    exact_document,
+    has_long_integer_literal,
+    holds_a_double_past_int64,
+    may_hold_long_integers,
+)
 from consolidator.rules.shape_spec import (  # noqa: F401 (re-exported: the shape's one public module)
     OPERATIONS,
     Output,
@@ -49,7 +66,6 @@ from consolidator.rules.shape_spec import (  # noqa: F401 (re-exported: the shap
     show,
 )
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _NUMERIC = frozenset({"sum", "min", "max"})
 
 
@@ -140,25 +156,58 @@ def _check(output: Output, value: object) -> None:
                 raise ValueFault(f"{at}.{show(output.by)}", "non-empty string", _kind(key))
             for path in output.sums:
                 _number(lookup(element, path, f"{at}.{show(path)}"), f"{at}.{show(path)}")
-        if not within_int64({"sums": _group_sum(output, [value])}):
-            raise ValueFault(where, "sums per group within int64 (a batch of this event alone adds them up)",
-                             "a larger sum")
+        _group_sums_within_bounds(output, value, where)
+
+
+def _group_sums_within_bounds(output: Output, elements: list, where: str) -> None:
+    """:class:`ValueFault` naming the last element of a group whose sum, in a batch of this event
+    alone, leaves int64 (integers) or the double range (doubles)."""
+    summed = _group_sum(output, [elements])
+    if within_bounds({"sums": summed}):
+        return
+    by_name = output.by[-1]  # type: ignore[index]
+    for group in summed:
+        for path in output.sums:
+            total = group[path[-1]]
+            if within_bounds({"sum": total}):
+                continue
+            last = max(i for i, element in enumerate(elements) if lookup(element, output.by) == group[by_name])
+            at = f"{where}[{last}].{show(path)}"
+            if type(total) is int:
+                raise ValueFault(at, "sums per group within int64 (a batch of this event alone adds them up)",
+                                 "a larger sum")
+            raise ValueFault(at, "sums per group within the double range (a batch of this event alone adds them"
+                             " up)", "a sum beyond 1.8e308")
+
+
+_ABSENT = object()
+
+
+def _present(document: object, path: Path) -> object:
+    """The value at ``path`` (an explicit null included), or :data:`_ABSENT` when a step is
+    missing or is not an object."""
+    value = document
+    for segment in path:
+        if type(value) is not dict:
+            return _ABSENT
+        value = value.get(segment, _ABSENT)  # type: ignore[attr-defined]
+        if value is _ABSENT:
+            return _ABSENT
+    return value
 
 
 def _project(document: dict, paths: Iterable[Path]) -> dict:
-    """A new object with the values of ``document`` at ``paths``, nested as there. A path under
-    one already kept adds nothing; one that is absent, or steps through a value that is not an
-    object, is left out (only the outputs' own paths are checked, by :func:`_check`)."""
+    """A new object with the values of ``document`` at ``paths``, nested as there, an explicit
+    null kept as null. A path under one already kept adds nothing; one that is absent, or steps
+    through a value that is not an object (null included), is left out (only the outputs' own
+    paths are checked, by :func:`_check`)."""
     kept: dict = {}
     taken: set[Path] = set()
     for path in sorted(paths, key=len):
         if any(path[:depth] in taken for depth in range(1, len(path))):
             continue
-        try:
-            value = lookup(document, path)
-        except ValueFault:
-            continue
-        if value is None:
+        value = _present(document, path)
+        if value is _ABSENT:
             continue
         node = kept
         for segment in path[:-1]:
@@ -196,7 +245,9 @@ def retain(document: dict, shape: Shape, source: bytes | None = None) -> EventVi
 
 
 def retain_with_values(document: dict, shape: Shape, source: bytes | None = None) -> tuple[EventView, list]:
-    """:func:`retain`'s view, and the event's value at each output's path (:func:`check_values`)."""
+    """:func:`retain`'s view, and the event's value at each output's path (:func:`check_values`).
+    With ``source``, its integer literals beyond 64 bits (which the JSON parser read as doubles)
+    are found and classified as integers (:func:`_long_integers`)."""
     values = check_values(document, shape)
     kept = document if shape.full_payload else _project(document, shape.reads())
     if source is None or source.count(b"[") + source.count(b"{") > _SURELY_SHALLOW:
@@ -204,7 +255,36 @@ def retain_with_values(document: dict, shape: Shape, source: bytes | None = None
             orjson.dumps([[[[kept]]]])
         except TypeError:
             raise ValueFault("(event)", "nesting the encoder can write (about 250 levels)", "deeper nesting") from None
+    if source is not None and (may_hold_long_integers(source) if shape.full_payload else True) \
+            and holds_a_double_past_int64(kept):  # what the shape keeps may be a long integer literal
+        _long_integers(document, source, shape)
     return EventView(kept), values
+
+
+def _long_integers(document: object, source: bytes, shape: Shape) -> None:
+    """:class:`ValueFault` when an integer literal of ``source`` (a JSON text the parser accepted)
+    that no 64-bit integer holds is where ``shape`` reads a number (outside int64: poison, as
+    for any integer) or keeps a value (``first``, ``last``, the member payload: beyond 64 bits).
+    Such a literal is found by its token (the parser gave a double for it), then located in the
+    document read again with its integers exact (:mod:`consolidator.rules.literals`)."""
+    if not has_long_integer_literal(source):
+        return
+    exact = exact_document(document, source)
+    if exact is None:
+        raise ValueFault("(event)", f"an event nested at most {EXACT_DEPTH} levels where it holds an integer"
+                         " beyond 64 bits", "deeper nesting")
+    check_values(exact, shape)  # a number an output reads: within int64 (_number)
+    kept: list[tuple[str, object]] = [(show(o.path), lookup(exact, o.path)) for o in shape.outputs  # type: ignore[arg-type]
+                                      if o.op in ("first", "last")]
+    if shape.full_payload:
+        kept.append(("", exact))
+    else:
+        kept.append(("", _project(exact, shape.payload_paths or ())))
+    for where, value in kept:
+        beyond = beyond_64_bits(value, where)
+        if beyond is not None:
+            path, digits = beyond
+            raise ValueFault(path, "an integer within 64 bits (-2**63 .. 2**64-1)", f"an integer of {digits} digits")
 
 
 def payload_of(view: EventView, shape: Shape) -> object:
@@ -218,9 +298,19 @@ def payload_of(view: EventView, shape: Shape) -> object:
 
 
 def _sum(values: Sequence[object]) -> int | float:
-    if any(type(v) is float for v in values):
-        return math.fsum(values)
-    return sum(values)  # type: ignore[arg-type]
+    """Integers: their exact sum. With a double among them: the exact sum of the values as
+    doubles, rounded once; an infinity when that leaves the double range (never an exception:
+    :func:`within_bounds` then tells the claim to split)."""
+    if not any(type(v) is float for v in values):
+        return sum(values)  # type: ignore[arg-type]
+    try:
+        return math.fsum(values)  # type: ignore[arg-type]
+    except OverflowError:  # a partial sum overflowed: the exact sum decides, rounded once
+        exact = sum(Fraction(float(v)) for v in values)  # type: ignore[arg-type]
+        try:
+            return float(exact)
+        except OverflowError:
+            return math.inf if exact > 0 else -math.inf
 
 
 def _distinct_key(value: object) -> tuple:
@@ -270,11 +360,14 @@ def aggregate(shape: Shape, events: Sequence[object]) -> dict[str, object]:
     return {o.name: _evaluate(o, events) for o in shape.outputs}
 
 
-def within_int64(outputs: dict[str, object]) -> bool:
-    """Whether every integer of ``outputs`` fits a signed 64-bit integer (else the claim splits)."""
+def within_bounds(outputs: dict[str, object]) -> bool:
+    """Whether every integer of ``outputs`` fits a signed 64-bit integer and every double is
+    finite (else the claim splits)."""
     def fits(value: object) -> bool:
         if type(value) is int:
             return INT64_MIN <= value <= INT64_MAX
+        if type(value) is float:
+            return math.isfinite(value)
         if type(value) is list:
             return all(fits(v) for v in value)
         if type(value) is dict:

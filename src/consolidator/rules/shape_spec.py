@@ -121,10 +121,11 @@ def _entry(index: int, entry: object, names: set[str]) -> tuple[Output | None, l
 
 
 def parse_outputs(text: str) -> tuple[Output, ...]:
-    """CONSOLIDATOR_AGGREGATE: inline JSON (starting with ``[``) or the path of a JSON file.
-    One :class:`ShapeError` names every bad entry."""
+    """CONSOLIDATOR_AGGREGATE: inline JSON (starting with ``[``; one starting with ``{`` is
+    refused as an object, not read as a file name) or the path of a JSON file. One
+    :class:`ShapeError` names every bad entry."""
     source = text.strip()
-    if not source.startswith("["):
+    if not source.startswith(("[", "{")):  # an object is inline JSON too, never a file name
         try:
             source = FilePath(source).read_text(encoding="utf-8")
         except OSError as exc:
@@ -133,6 +134,8 @@ def parse_outputs(text: str) -> tuple[Output, ...]:
         entries = orjson.loads(source)
     except orjson.JSONDecodeError as exc:
         raise ShapeError(f"not JSON: {exc}") from None
+    if isinstance(entries, dict):
+        raise ShapeError("must be a JSON list of outputs, got one object: write it as [{...}]")
     if not isinstance(entries, list) or not entries:
         raise ShapeError("must be a non-empty JSON list of outputs")
     outputs, faults, names = [], [], set()

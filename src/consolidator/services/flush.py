@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from consolidator.rules.batch import MessageOptions, build_message, encode
 from consolidator.rules.clock import Clock
-from consolidator.rules.deadletter import dead_batch_entry
-from consolidator.rules.errors import LockUnavailable, StoreError
+from consolidator.rules.deadletter import dead_batch_entry, unbuilt_batch_entry
+from consolidator.rules.errors import LockUnavailable, StoreError, StoreRefused, StoreUnavailable
 from consolidator.rules.policy import (
     FlushReason,
     GroupStats,
@@ -156,7 +156,7 @@ class FlushService:
         tick.cutoff = expiry_cutoff_ms(tick.now, self.policy)
         step = ClaimStep(self.store, self.policy, self.metrics, self._epochs, self._expiry,
                          lambda batches: self._deliver(batches, report), self.publish_chunk,
-                         MessageOptions(self.policy.shape, self.completion_tracking))
+                         MessageOptions.of(self.policy, self.completion_tracking))
         for stat, reason in due_groups(stats, tick.now, self.policy):
             group = Group(stat.group_key, reason, stat.pending, self._limit(limits, stat.group_key),
                           self.policy.max_batch_size)
@@ -191,6 +191,12 @@ class FlushService:
                 log.warning("claimed batch not loaded; retried next tick",
                             extra={"batch_id": head["batch_id"], "error": str(error)})
                 continue
+            except (StoreUnavailable, StoreRefused):
+                raise
+            except Exception as error:  # noqa: BLE001 - rows this code cannot read: this batch only, counted
+                rows += 1
+                self._unloadable(head, error, report)
+                continue
             if batch is None or not batch.members:
                 continue  # finished by another flusher meanwhile
             rows += len(batch.members)
@@ -206,6 +212,26 @@ class FlushService:
                 chunk = []
         self._deliver(chunk, report)
         return rows
+
+    def _unloadable(self, head: dict, error: Exception, report: TickReport) -> None:
+        """A CLAIMED batch whose rows cannot be read (an unexpected error): a failed attempt, and
+        after ``max_attempts`` a dead batch whose entry holds its id and group."""
+        reason = f"batch not loaded: {type(error).__name__}: {error}"
+        report.build_failures += 1
+        report.publish_failures += 1
+        self.metrics.add_metric(name="BatchBuildFailures", unit="Count", value=1)
+        self.metrics.add_metric(name="PublishFailures", unit="Count", value=1)
+        log.error("claimed batch %s not loaded: %s", head["batch_id"], reason, exc_info=error,
+                  extra={"batch_id": head["batch_id"], "group_key": head["group_key"]})
+        try:
+            failures = self.store.record_failure(head["batch_id"], reason)
+        except StoreError as store_error:
+            log.warning("failure not recorded", extra={"batch_id": head["batch_id"], "error": str(store_error)})
+            return
+        if failures is not None and failures >= self.max_attempts:
+            entry = unbuilt_batch_entry(head["batch_id"], head["group_key"], None, failures, reason,
+                                        self.clock.now_ms())
+            self._dead_letter_batch(head["batch_id"], entry, failures, reason, report)
 
     def _expiry(self) -> Expiry:
         return Expiry(self.store, self.dead_letter, self.clock, self.metrics, self.policy.max_batch_size,
@@ -229,13 +255,19 @@ class FlushService:
             if batch.batch_id not in failed_before:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
-            message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                    ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
-                                    shape=self.policy.shape)
+            attempt = failed_before[batch.batch_id] + 1
+            try:
+                message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
+                                        ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
+                                        shape=self.policy.shape)
+                body = encode(message)
+                seal = SealedBatch.of_message(message) if self.completion_tracking else None
+            except Exception as error:  # noqa: BLE001 - this batch only: a failed attempt, retried, then dead
+                self._unbuilt(_Pending(batch, attempt, b""), error, report)
+                continue
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
-            pending.append(_Pending(batch, failed_before[batch.batch_id] + 1, encode(message),
-                                    SealedBatch.of_message(message) if self.completion_tracking else None))
+            pending.append(_Pending(batch, attempt, body, seal))
         if not pending:
             return
         if self.completion_tracking and not self._seal(pending):
@@ -291,6 +323,15 @@ class FlushService:
             return False
         return True
 
+    def _unbuilt(self, item: _Pending, error: Exception, report: TickReport) -> None:
+        """The batch's message could not be built (an unexpected error): a failed attempt, as a
+        publish the sink refused, counted also in ``BatchBuildFailures``."""
+        report.build_failures += 1
+        self.metrics.add_metric(name="BatchBuildFailures", unit="Count", value=1)
+        log.error("message of batch %s not built", item.batch.batch_id, exc_info=error,
+                  extra={"batch_id": item.batch.batch_id, "group_key": item.batch.group_key})
+        self._failed(item, f"message not built: {type(error).__name__}: {error}", report)
+
     def _failed(self, item: _Pending, error: str, report: TickReport) -> None:
         batch = item.batch
         report.publish_failures += 1
@@ -310,29 +351,40 @@ class FlushService:
             self._bury(batch, failures, error, report)
 
     def _bury(self, batch: ClaimedBatch, attempts: int, error: str, report: TickReport) -> None:
-        """Dead-letter the batch with its last error; mark it DEAD only once that is confirmed."""
+        """Dead-letter the batch with its last error; mark it DEAD only once that is confirmed. A
+        batch whose message cannot be built is dead-lettered with its members' positions."""
+        now, ack_key = self.clock.now_ms(), self._tracking_key()
+        try:
+            message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
+                                    ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
+                                    shape=self.policy.shape)
+            entry = dead_batch_entry(message, attempts, error, now)
+        except Exception as build_error:  # noqa: BLE001 - why it died, most likely: the entry holds what is known
+            log.warning("dead batch's message not built; dead-lettered without it",
+                        extra={"batch_id": batch.batch_id, "error": f"{type(build_error).__name__}: {build_error}"})
+            entry = unbuilt_batch_entry(batch.batch_id, batch.group_key, batch.members, attempts, error, now)
+        self._dead_letter_batch(batch.batch_id, entry, attempts, error, report)
+
+    def _dead_letter_batch(self, batch_id: str, entry: dict, attempts: int, error: str, report: TickReport) -> None:
+        """Send the dead batch's entry; mark the batch DEAD only once the write is confirmed."""
         now = self.clock.now_ms()
-        message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                ack_key=self._tracking_key(), held_back_ms=batch.held_back_ms,
-                                epochs=batch.epochs, shape=self.policy.shape)
-        if self.dead_letter.send([dead_batch_entry(message, attempts, error, now)]):
+        if self.dead_letter.send([entry]):
             log.error("dead-letter write failed; batch stays CLAIMED and is retried next tick",
-                      extra={"batch_id": batch.batch_id, "attempts": attempts})
+                      extra={"batch_id": batch_id, "attempts": attempts})
             return
         try:
-            marked = self.store.mark_dead(batch.batch_id, now, error)
+            marked = self.store.mark_dead(batch_id, now, error)
         except StoreError as store_error:
             log.error("dead-lettered batch not marked DEAD; retried next tick (duplicate entry possible)",
-                      extra={"batch_id": batch.batch_id, "error": str(store_error)})
+                      extra={"batch_id": batch_id, "error": str(store_error)})
             return
         if marked:
             report.dead += 1
             self.metrics.add_metric(name="DeadBatches", unit="Count", value=1)
             log.error("batch is DEAD after max attempts; sent to the dead-letter destination",
-                      extra={"batch_id": batch.batch_id, "attempts": attempts, "error": error})
+                      extra={"batch_id": batch_id, "attempts": attempts, "error": error})
         else:
-            log.info("batch finished by another flusher before it was marked DEAD",
-                     extra={"batch_id": batch.batch_id})
+            log.info("batch finished by another flusher before it was marked DEAD", extra={"batch_id": batch_id})
 
     # -- one invocation ----------------------------------------------------------------------
 

@@ -5,7 +5,12 @@ delivers (publishes, then marks SENT) a chunk at a time.
 
 Guarantees are the flush's (``services/flush.py``): a claim's batch id is fixed at claim time; a
 group refused by its rate limit stays PENDING and the tick moves on; a claim error is logged and
-the group retried next tick; a tick never takes more than its rows or time allow.
+the group retried next tick; a tick never takes more than its rows or time allow. An unexpected
+error while a group's batch is built (its split, its message) fails that group only: it is
+counted and logged with its reason, and the group's first row is claimed alone as a batch that
+failed once (:meth:`~consolidator.store.batches.BatchStore.claim_unbuilt`), retried and, after
+``max_attempts`` failures, dead-lettered as a batch whose publishes failed; the tick goes on
+with the other groups, and the group's later rows are claimed as usual.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from consolidator.rules.batch import MessageOptions
-from consolidator.rules.errors import DuplicateBatchId, StoreError
+from consolidator.rules.errors import DuplicateBatchId, StoreError, StoreRefused, StoreUnavailable
 from consolidator.rules.policy import FlushReason, Policy, RateLimit, due_reason
 from consolidator.services.expiry import Expiry
 from consolidator.services.flush_report import TickReport, duplicate_batch_id
@@ -115,6 +120,11 @@ class ClaimStep:
         except StoreError as error:
             log.warning("claim skipped this tick", extra={"group_key": group.key, "error": str(error)})
             return None
+        except (StoreUnavailable, StoreRefused):
+            raise  # the database, not this group: the tick stops (the next one resumes)
+        except Exception as error:  # noqa: BLE001 - building this group's batch failed: this group only
+            self._unbuilt(tick, group, error)
+            return None
         if batch is None:
             return None
         if isinstance(batch, Throttled):
@@ -128,6 +138,29 @@ class ClaimStep:
         log.info("batch claimed", extra={"batch_id": batch.batch_id, "group_key": batch.group_key,
                                          "reason": str(group.reason), "size": len(batch.members)})
         return batch
+
+    def _unbuilt(self, tick: Tick, group: Group, error: Exception) -> None:
+        """The group's batch could not be built (an unexpected error, a bug or a stored row this
+        code cannot read): counted and logged with the reason; the group's first row is claimed
+        alone as a batch that failed once, so the failure is retried and, after ``max_attempts``,
+        dead-lettered, and the group's other rows are not held up by it."""
+        reason = f"batch not built: {type(error).__name__}: {error}"[:1024]
+        tick.report.build_failures += 1
+        tick.report.publish_failures += 1
+        self.metrics.add_metric(name="BatchBuildFailures", unit="Count", value=1)
+        self.metrics.add_metric(name="PublishFailures", unit="Count", value=1)
+        log.error("batch of group %s not built; its first row is set aside as a failed batch: %s",
+                  group.key, reason, exc_info=error, extra={"group_key": group.key, "error": reason})
+        try:
+            set_aside = self.store.claim_unbuilt(group.key, group.reason, tick.now, reason, rate=group.rate,
+                                                 expired_before_ms=tick.cutoff, epochs=self.epochs)
+        except StoreError as store_error:
+            log.warning("failed batch not set aside; the group is retried next tick",
+                        extra={"group_key": group.key, "error": str(store_error)})
+            return
+        if isinstance(set_aside, str):
+            tick.rows += 1
+            log.info("row set aside as a failed batch", extra={"group_key": group.key, "batch_id": set_aside})
 
     def _next_claim(self, tick: Tick, group: Group, batch: ClaimedBatch,
                     cursor: ClaimCursor) -> ClaimCursor | None:

@@ -32,7 +32,8 @@ class TickReport:
     skipped: str | None = None  # None, "lock_held" or "lock_unavailable"
     published: list[PublishedBatch] = field(default_factory=list)  # confirmed by the sink
     dead: int = 0  # batches that became DEAD this tick
-    publish_failures: int = 0
+    publish_failures: int = 0  # failed attempts: publishes the sink refused, and batches not built
+    build_failures: int = 0  # of those, batches whose message (or split) could not be built
     error: str | None = None  # why the lock backend was unreachable (skipped = "lock_unavailable")
     throttled: dict[str, int] = field(default_factory=dict)  # due groups refused: next allowed time
     expired: int = 0  # rows dead-lettered as expired and marked EXPIRED this tick

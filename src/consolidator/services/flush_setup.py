@@ -14,7 +14,8 @@ from consolidator.store.lock import RedisLock
 
 def batch_bytes_cap(configured: int | None, sink: Sink) -> int:
     """CONSOLIDATOR_MAX_BATCH_BYTES, or the sink's per-message limit when unset; a cap above
-    that limit would only make batches the sink must refuse, so it is a configuration error."""
+    that limit would only make batches the sink must refuse, so it is a configuration error.
+    Either is counted as the sink counts a body (``sink.measure_body``, the policy's too)."""
     if configured is None:
         return sink.max_message_bytes
     if configured > sink.max_message_bytes:
@@ -38,7 +39,7 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
         sink=sink,
         dead_letter=dead_letter_from_url(settings.dead_letter_url),
         policy=dataclasses.replace(settings.policy(), max_batch_bytes=batch_bytes_cap(settings.max_batch_bytes, sink),
-                                   shape=settings.shape()),
+                                   measure_body=sink.measure_body, shape=settings.shape()),
         clock=clock or SystemClock(),
         max_attempts=settings.max_attempts,
         max_rows_per_tick=settings.max_rows_per_tick,

@@ -14,7 +14,7 @@ messages, not the invocation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
@@ -32,7 +32,13 @@ class OutgoingBatch:
 
 
 class Sink(Protocol):
-    max_message_bytes: int  # the largest encoded batch message the destination accepts
+    """A destination of batch messages. ``max_message_bytes`` is the largest body it accepts,
+    counted as ``measure_body`` counts one: the encoded message's bytes as the sink writes them
+    (the SQS sink escapes some characters). The flush's byte cap is that limit in that measure
+    (``Policy.measure_body``), so a batch under the cap is never refused for its size."""
+
+    max_message_bytes: int
+    measure_body: Callable[[bytes], int]  # a plain function (picklable: the Spark jobs carry it)
 
     def publish(self, batches: Sequence[OutgoingBatch]) -> dict[int, str]:
         """Deliver ``batches``; return ``{index: error}`` for those NOT confirmed (empty = all

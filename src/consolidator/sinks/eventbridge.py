@@ -4,6 +4,10 @@ PutEvents limits (AWS "Calculating PutEvents event entry size"): at most 10 entr
 and the entries' total size, counted as the UTF-8 bytes of ``Source``, ``DetailType`` and
 ``Detail``, must stay under 256 KB. Requests are chunked by count and by size; a batch whose
 entry alone is over the limit is reported failed without being sent.
+
+A body is measured as it is sent: ``Detail`` is the encoded message itself, so its UTF-8 bytes
+(``measure_body`` is ``len``; the JSON encoder has already escaped quotes, backslashes and
+control characters, and writes every other character as UTF-8).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ MAX_REQUEST_BYTES = 256 * 1024  # all entries of one PutEvents call together, an
 
 
 class EventBridgeSink:
+    measure_body = staticmethod(len)  # ``Detail`` is the encoded message as it is
+
     def __init__(self, event_bus: str, *, source: str = "consolidator",
                  detail_type: str = "ConsolidatedBatch", client=None,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
@@ -31,7 +37,7 @@ class EventBridgeSink:
 
     def entry_bytes(self, batch: OutgoingBatch) -> int:
         """The entry's size as EventBridge counts it (no Time, no Resources)."""
-        return self._overhead + len(batch.body)
+        return self._overhead + self.measure_body(batch.body)
 
     def publish(self, batches: Sequence[OutgoingBatch]) -> dict[int, str]:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -47,7 +53,7 @@ class EventBridgeSink:
                 {
                     "Source": self.source,
                     "DetailType": self.detail_type,
-                    "Detail": batches[i].body.decode(),
+                    "Detail": batches[i].body.decode(),  # the bytes measure_body counted
                     "EventBusName": self.event_bus,
                 }
                 for i in chunk

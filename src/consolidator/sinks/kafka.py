@@ -12,6 +12,10 @@ with the topic's limit) is reported failed without being produced. The sink's
 ``max_message_bytes`` (the largest message body, the default byte cap of batches) is that limit
 less :data:`KEY_AND_HEADER_BYTES`, so a batch within the cap always fits with its key and header.
 librdkafka chunks the produce requests itself.
+
+A body is measured as it is sent: the record's value is the encoded message's bytes as they are
+(``measure_body`` is ``len``); the key (the group key's UTF-8 bytes) and the header are counted
+apart, within :data:`KEY_AND_HEADER_BYTES`.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ def _iam_oauth_cb(region: str | None):
 
 
 class KafkaSink:
+    measure_body = staticmethod(len)  # the record's value is the encoded message as it is
+
     def __init__(
         self,
         bootstrap_servers: str,
@@ -95,7 +101,7 @@ class KafkaSink:
             return on_delivery
 
         for index, batch in enumerate(batches):
-            size = len(batch.body) + len(batch.group_key.encode()) + len("batch_id") + len(batch.batch_id)
+            size = self.measure_body(batch.body) + len(batch.group_key.encode()) + len("batch_id") + len(batch.batch_id)
             if size > self.record_limit:
                 errors[index] = f"kafka message of {size} bytes is over the {self.record_limit}-byte limit"
                 continue

@@ -7,7 +7,12 @@ SendMessageBatch limits: at most 10 entries per call; one message and all messag
 call together at most 256 KiB (262,144 bytes), message attributes (name, type and value)
 included. Requests are chunked by count and by size; a message over the limit is reported
 failed without being sent. (SQS has since raised its limit to 1 MiB; 256 KiB holds on every
-queue and region.)"""
+queue and region.)
+
+A body is measured as it is sent: the encoded message with each character SQS refuses written
+as a 6-byte ``\\uXXXX`` escape (:func:`~consolidator.sinks.sqs_text.escaped_bytes`, the sink's
+``measure_body``), so a message of U+FFFF characters counts twice its UTF-8 size against the
+byte cap, and a batch under the cap is never refused for its size."""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from consolidator.sinks import DEFAULT_TIMEOUT_S, OutgoingBatch, aws_client_config, chunk_by_size
-from consolidator.sinks.sqs_text import escape_json, group_id, key_attribute
+from consolidator.sinks.sqs_text import escape_json, escaped_bytes, group_id, key_attribute
 
 MAX_BATCH_BYTES = 256 * 1024  # one message, and all entries of one SendMessageBatch together
 MAX_ENTRIES = 10
@@ -23,6 +28,8 @@ ATTRIBUTE_RESERVE = 2048  # attributes: names, types, batch id, group key (base6
 
 
 class SqsSink:
+    measure_body = staticmethod(escaped_bytes)  # the body as sent, escapes included
+
     def __init__(self, queue_url: str, client=None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         import boto3
 
@@ -31,7 +38,7 @@ class SqsSink:
         region = host.split(".")[1] if host.count(".") >= 3 else None
         self._client = client or boto3.client("sqs", region_name=region, config=aws_client_config(timeout_s))
         self._fifo = queue_url.endswith(".fifo")
-        self.max_message_bytes = MAX_BATCH_BYTES - ATTRIBUTE_RESERVE  # the largest body
+        self.max_message_bytes = MAX_BATCH_BYTES - ATTRIBUTE_RESERVE  # the largest body, escaped
 
     @staticmethod
     def message_bytes(entry: dict) -> int:

@@ -11,9 +11,9 @@ text :func:`consolidator.rules.batch.encode` gives for :func:`~consolidator.rule
 without building the message dict. Each member's event is parsed and its payload encoded once.
 
 A group is handed back to :func:`replay.simulate` (the reference) when one of its sessions
-reaches ``max_batch_size`` rows, or when an integer output of a session might leave int64 on
-some prefix of its claim (the bound of :mod:`consolidator.rules.shape_bounds`; there
-:func:`consolidator.rules.batch.fit_claims` may split it).
+reaches ``max_batch_size`` rows, or when an output of a session might leave its bounds (int64,
+the double range) on some prefix of its claim (the bound of :mod:`consolidator.rules.shape_bounds`;
+there :func:`consolidator.rules.batch.fit_claims` may split it).
 
 Guarantee: exactly :func:`replay.simulate_group`'s batches, members, messages and latencies
 (``tests/unit/test_columnar_shape.py``, a property test over random shapes and histories).
@@ -31,7 +31,12 @@ import pyarrow.compute as pc
 
 from consolidator.rules.policy import Policy
 from consolidator.rules.shape import EventView, Shape, payload_of, reduce_values
-from consolidator.rules.shape_bounds import int64_bounded, int64_weight, looked_values
+from consolidator.rules.shape_bounds import (
+    DOUBLE_SAFE,
+    bound_weights,
+    looked_values,
+    may_leave_bounds,
+)
 from consolidator.spark.columnar import (
     _ID_HEAD,
     _REASONS,
@@ -120,11 +125,12 @@ def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch,
     line = [f"{topic_field[t]}{len(p)}:{p}{len(o)}:{o}" for t, p, o in zip(topic_of, partition_text, offset_text,
                                                                           strict=True)]
     handed: set[int] = set()
-    # sessions whose rows' int64 weights may add up beyond int64: handed back (a float sum,
-    # compared with half the bound, errs on the safe side)
-    if int64_bounded(shape):
-        weights = np.array([float(int64_weight(shape, looked[i])) for i in member_list])
-        at_risk = np.add.reduceat(weights, np.asarray(row_bounds[:-1])) > 2.0**62
+    # sessions whose rows' weights may add up beyond the bounds (shape_bounds): handed back (a
+    # float sum of the integer weights, compared with half of int64, errs on the safe side)
+    if may_leave_bounds(shape):
+        weights = np.array([bound_weights(shape, looked[i]) for i in member_list], dtype=np.float64).reshape(-1, 2)
+        totals = np.add.reduceat(weights, np.asarray(row_bounds[:-1]), axis=0)
+        at_risk = (totals[:, 0] > 2.0**62) | ~(totals[:, 1] <= DOUBLE_SAFE)
         handed.update(group[starts[at_risk]].tolist())
     keys = chunk.group_keys
     key_json = [orjson.dumps(k).decode() for k in keys]

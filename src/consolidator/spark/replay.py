@@ -131,7 +131,7 @@ def simulate_group_fast(group_key: str, events: Sequence[BufferedEvent], policy:
         assert tick is not None  # the loop condition guarantees pending rows here
         keys = {row[0]: key for key, row in rows.items()}
         claims, remaining = plan_batches(group_key, [Member(*row) for row in rows.values()], tick, policy)
-        claims = fit_claims(group_key, claims, tick, policy)  # split where a sum would pass int64
+        claims = fit_claims(group_key, claims, tick, policy)  # split where a sum would leave its bounds
         if claims:
             rows = {keys[m.position]: list(m) for m in remaining}
             oldest = min((m.first_seen_ms for m in remaining), default=0)

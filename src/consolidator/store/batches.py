@@ -53,6 +53,36 @@ def _member(row: dict) -> Member:
     ))
 
 
+def _claim_as_batch(cur, group_key: str, keys: list[str], positions: list[SourcePosition], reason: FlushReason,
+                    now_ms: int, rate: tuple[RateLimit, RateState] | None, epochs: Mapping[str, int],
+                    failed: str | None = None) -> tuple[str, dict[str, int], int]:
+    """Set the PENDING rows ``keys`` (``"id,bucket"`` texts of integers, claim order) CLAIMED under
+    one new batch and store its batch row (``failed``: as a batch that already failed once,
+    with that error). Returns its id, the topic epochs the id names and the held-back time the
+    rate limit counted. :class:`StoreError` when a row is no longer PENDING."""
+    used = id_epochs(positions, epochs)
+    new_id = batch_id(group_key, positions, used)
+    # the claim is the row's only write in a flush; the keys are integers formatted by the reader
+    updated = cur.execute(
+        "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
+        f" AND (id, bucket) IN ({','.join(f'({k})' for k in keys)})",
+        (new_id,),
+    )
+    if updated != len(keys):
+        raise StoreError(f"claim of {group_key!r} raced: {updated} of {len(keys)} rows still PENDING")
+    held = 0 if rate is None else rate_admit(cur, group_key, rate[1], rate[0], now_ms)
+    with duplicate_id_refused(new_id, group_key):
+        cur.execute(
+            "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms,"
+            " held_back_ms, member_keys, id_epochs, attempts, last_error)"
+            " VALUES (%s, %s, 'CLAIMED', %s, %s, %s, %s, %s, %s, %s, %s)",
+            (new_id, group_key, str(reason), len(keys), now_ms, held, member_keys_text(keys),
+             orjson.dumps(dict(sorted(used.items()))).decode(), 0 if failed is None else 1,
+             None if failed is None else failed[:1024]),
+        )
+    return new_id, used, held
+
+
 def member_rows(cur, batch_id_: str, member_keys: str) -> tuple[Member, ...]:
     """The CLAIMED member rows of a batch, in batch order."""
     members, args = member_condition(batch_id_, member_keys)
@@ -72,8 +102,8 @@ class BatchStore(Connection):
         chosen row changed state meanwhile, nothing is claimed (B: one id per claim).
 
         With ``max_bytes``, only the rows whose message fits (:func:`~consolidator.rules.batch.fit_count`)
-        are taken, and never more than keep the summed quantities within int64
-        (:func:`~consolidator.rules.batch.int64_prefix`); then the batch is marked ``cut``; pass the same
+        are taken, and never more than keep the sums within bounds
+        (:func:`~consolidator.rules.batch.bounded_prefix`); then the batch is marked ``cut``; pass the same
         ``cursor`` to claim the rest of the claim (``cursor.rows_left`` rows in all, ``limit``
         ignored): it carries the rows read and not taken, so every row of a claim is read once
         (``store/claims.py``). With ``rate`` the group's rate state is checked
@@ -111,25 +141,44 @@ class BatchStore(Connection):
             return None
         rows, cut = taken
         keys, members = [r.key for r in rows], tuple(r.member for r in rows)
-        used = id_epochs(members, epochs)
-        new_id = batch_id(group_key, (m.position for m in members), used)
-        # the claim is the row's only write in a flush; the keys are integers formatted above
-        updated = cur.execute(
-            "UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE status = 'PENDING'"
-            f" AND (id, bucket) IN ({','.join(f'({k})' for k in keys)})",
-            (new_id,),
-        )
-        if updated != len(members):
-            raise StoreError(f"claim of {group_key!r} raced: {updated} of {len(members)} rows still PENDING")
-        held = 0 if rate is None else rate_admit(cur, group_key, rate[1], rate[0], now_ms)
-        with duplicate_id_refused(new_id, group_key):
-            cur.execute(
-                "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms,"
-                " held_back_ms, member_keys, id_epochs) VALUES (%s, %s, 'CLAIMED', %s, %s, %s, %s, %s, %s)",
-                (new_id, group_key, str(reason), len(members), now_ms, held, member_keys_text(keys),
-                 orjson.dumps(dict(sorted(used.items()))).decode()),
-            )
+        new_id, used, held = _claim_as_batch(cur, group_key, keys, [m.position for m in members], reason, now_ms,
+                                             rate, epochs)
         return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut=cut, held_back_ms=held, epochs=used)
+
+    def claim_unbuilt(
+        self, group_key: str, reason: FlushReason, now_ms: int, error: str, *, rate: RateLimit | None = None,
+        expired_before_ms: int | None = None, epochs: Mapping[str, int] = NO_EPOCHS,
+    ) -> str | Throttled | None:
+        """After :meth:`claim` of the group raised an unexpected error (its batch could not be
+        built): claim the group's first PENDING row (claim order) alone, without reading its
+        items or building anything, as a batch that has already failed once (``attempts`` 1,
+        ``last_error`` = ``error``). Its publishes are then retried as a failed publish is, and
+        after ``max_attempts`` failures it is dead-lettered; the rows after it are claimed as
+        usual. Returns the batch id, :class:`Throttled` when the rate limit refuses the group,
+        None when no row is left to take."""
+        for _ in range(2):
+            with self.transaction() as cur:
+                gate = None if rate is None else rate_gate(cur, group_key, rate, now_ms)
+                if isinstance(gate, Throttled):
+                    return gate
+                if rate is None or gate is not None:
+                    at = now_ms if gate is None else gate[1]
+                    live, args = ("", ()) if expired_before_ms is None else (" AND record_ts_ms >= %s",
+                                                                             (expired_before_ms,))
+                    cur.execute("SELECT CONCAT(id, ',', bucket) AS k, src_topic, src_partition, src_offset"
+                                f" FROM buffer_rows WHERE status = 'PENDING' AND group_key = %s{live}"
+                                " ORDER BY first_seen_ms, pos_key LIMIT 1 FOR UPDATE SKIP LOCKED", (group_key, *args))
+                    row = cur.fetchone()
+                    if row is None:
+                        return None
+                    position = SourcePosition(row["src_topic"], row["src_partition"], row["src_offset"])
+                    new_id, _, _ = _claim_as_batch(cur, group_key, [row["k"]], [position], reason, at,
+                                                   None if gate is None else (rate, gate[0]), epochs,
+                                                   failed=error)
+                    return new_id
+            with self.transaction() as cur:  # the group's first limited claim: create its state row
+                ensure_rate_row(cur, group_key, now_ms)
+        raise StoreError(f"rate state row of {group_key!r} still missing after it was created")
 
     def claimed_batch_ids(self, limit: int) -> list[str]:
         """CLAIMED batches, oldest claim first."""

@@ -26,8 +26,8 @@ from consolidator.rules.batch import (
     PLAIN,
     Member,
     MessageOptions,
+    bounded_prefix,
     fit_count,
-    int64_prefix,
     prefix_fits,
 )
 from consolidator.rules.events import SourcePosition
@@ -144,7 +144,7 @@ def next_batch(cur, cursor: ClaimCursor, reason: FlushReason, now_ms: int, max_b
             taken = pages.have(cursor.rows_left)
         else:
             taken = fit_count(prefix_fits(cursor.group_key, members, reason, now_ms, max_bytes, options), pages.have)
-        taken = int64_prefix(members[:taken], options.shape) if taken else 0  # its summed quantities fit int64
+        taken = bounded_prefix(members[:taken], options.shape) if taken else 0  # its sums stay within bounds
     if not taken:
         return None
     batch, cursor.carry = cursor.carry[:taken], cursor.carry[taken:]

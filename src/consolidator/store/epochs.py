@@ -14,16 +14,16 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import pymysql
 
-from consolidator.rules.batch import Member
 from consolidator.rules.errors import DuplicateBatchId
+from consolidator.rules.events import SourcePosition
 from consolidator.store.connection import Connection
 
 DUPLICATE_KEY = 1062
 
 
-def id_epochs(members: Iterable[Member], epochs: Mapping[str, int]) -> dict[str, int]:
-    """The epochs of the members' topics that are not 0 (what a batch id of them names)."""
-    return {topic: epochs[topic] for topic in {m.position.topic for m in members} if epochs.get(topic, 0)}
+def id_epochs(positions: Iterable[SourcePosition], epochs: Mapping[str, int]) -> dict[str, int]:
+    """The epochs of the positions' topics that are not 0 (what a batch id of them names)."""
+    return {topic: epochs[topic] for topic in {p.topic for p in positions} if epochs.get(topic, 0)}
 
 
 @contextlib.contextmanager

@@ -51,7 +51,7 @@ class ExpiryStore(Connection):
             if not rows:
                 return None
             members = tuple(_member(r) for r in rows)
-            used = id_epochs(members, epochs)
+            used = id_epochs((m.position for m in members), epochs)
             new_id = batch_id(group_key, (m.position for m in members), used, kind=EXPIRY_REASON)
             keys = [f"{r['id']:d},{r['bucket']:d}" for r in rows]
             updated = cur.execute(

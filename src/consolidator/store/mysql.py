@@ -11,8 +11,8 @@ overrides another; ``tests/unit/test_store_composition.py`` keeps this list true
 - ``OffsetStore`` (offsets.py): partition_offsets, replay_marks, replay_state_rows, reset_offsets
 - ``EpochStore`` (epochs.py): topic_epochs
 - ``BatchStore`` (batches.py): batch_counts, batches_in_state, begin_publish, claim,
-  claimed_batch_ids, load_batch, mark_dead, mark_sent, mark_sent_many, record_failure,
-  revive_dead_batch
+  claim_unbuilt, claimed_batch_ids, load_batch, mark_dead, mark_sent, mark_sent_many,
+  record_failure, revive_dead_batch
 - ``BatchViews`` (batch_views.py): batch_view, batch_views
 - ``PartitionStore`` (partitions.py): add_partitions_through, drop_partition_if_sent, partitions,
   prune_batches, unsent_rows_in_partition

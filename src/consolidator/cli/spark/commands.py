@@ -128,11 +128,11 @@ def stream(
     _source(s.kafka_bootstrap, s.source_topic, input_path, input_format)
     from consolidator.spark.streaming import StreamConfig
 
-    cap = _batch_cap(s.sink_url, s.max_batch_bytes)
+    cap, measure = _batch_cap(s.sink_url, s.max_batch_bytes)
     config = StreamConfig(
         bootstrap_servers=s.kafka_bootstrap or "", topic=s.source_topic or "", sink_url=s.sink_url,
         dead_letter_url=s.dead_letter_url, checkpoint=checkpoint,
-        policy=dataclasses.replace(s.policy(), max_batch_bytes=cap), names=s.field_names(),
+        policy=dataclasses.replace(s.policy(), max_batch_bytes=cap, measure_body=measure), names=s.field_names(),
         max_event_bytes=s.max_event_bytes, trigger_ms=trigger_ms, starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger, source=source, kafka_options=_pairs(kafka_option),
         tracking_database_url=s.completion_database_url,

@@ -4,6 +4,7 @@ starts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -93,8 +94,9 @@ def _source(bootstrap_servers: str | None, topic: str | None, input_path: str | 
                                  param_hint="--bootstrap-servers")
 
 
-def _batch_cap(sink_url: str, configured: int | None) -> int:
-    """The same byte cap as the flush function: the sink's per-message limit unless lower."""
+def _batch_cap(sink_url: str, configured: int | None) -> tuple[int, Callable[[bytes], int]]:
+    """The same byte cap as the flush function: the sink's per-message limit unless lower, and
+    how the sink counts a body against it (``Policy.measure_body``)."""
     from consolidator.sinks import sink_from_url
 
     try:
@@ -102,13 +104,13 @@ def _batch_cap(sink_url: str, configured: int | None) -> int:
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--sink-url") from None
     try:
-        limit = sink.max_message_bytes
+        limit, measure = sink.max_message_bytes, sink.measure_body
     finally:
         sink.close()
     if configured is not None and configured > limit:
         raise typer.BadParameter(f"{configured} is over the sink's per-message limit ({limit} bytes)",
                                  param_hint="--max-batch-bytes")
-    return configured or limit
+    return configured or limit, measure
 
 
 def _candidates(values: str | None, option: str, parse, kind: str) -> list:
