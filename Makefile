@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 # The layering contracts of pyproject.toml ([tool.importlinter]); infra/ holds consolidator_infra
 LINT_IMPORTS := PYTHONPATH=infra .venv/bin/lint-imports --no-logo
 
-.PHONY: setup setup-demo setup-flink test demo bench bench-ingest bench-flush bench-replay bench-stream bench-acks capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
+.PHONY: setup setup-demo setup-flink test demo bench bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
 
 setup:
 	@bash scripts/setup.sh test
@@ -28,13 +28,19 @@ test: setup
 demo: setup-demo
 	.venv/bin/consolidator demo
 
-bench: bench-ingest bench-flush bench-replay bench-stream bench-acks
+bench: bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker
 
 bench-ingest: setup
 	$(PY) bench/bench_ingest.py $(BENCH_ARGS)
 
 bench-flush: setup
 	$(PY) bench/bench_flush.py $(BENCH_ARGS)
+
+# The worker against the ingest service fed directly, LOAD DATA, a backlog's memory, the latency
+# of quiet groups (docs/worker.md); a quick functional run:
+# `make bench-worker BENCH_ARGS="--records 20000 --backlog 50000 --repeat 1"`
+bench-worker: setup
+	$(PY) bench/bench_worker.py $(BENCH_ARGS)
 
 # Flink, the peer baseline of bench-replay and bench-stream, in its own venv (never in make test)
 setup-flink:

@@ -80,7 +80,7 @@ AVRO_SCHEMA_ID = 1
 class InMemorySchemas:
     """A registry that holds the one Avro schema (consolidator.sources.formats.decoder.SchemaSource)."""
 
-    def schema(self, schema_id: str, protobuf: bool) -> RegisteredSchema:
+    def schema(self, schema_id: str, protobuf: bool, subjects: frozenset[str], timeout_s: float) -> RegisteredSchema:
         return RegisteredSchema("AVRO", json.dumps(AVRO_SCHEMA))
 
 

@@ -310,9 +310,19 @@ def serve(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:
         return serve(argv[1:])
+    import argparse
+
     from iac_scan import templates_in  # the same synthesized templates the IaC scan reads
 
-    outdir = Path(argv[0]) if argv else REPO / "cdk.out"
+    parser = argparse.ArgumentParser(
+        prog="python infra/sam_local.py", description="sam validate --lint of every synthesized template (exit 1"
+        " when one fails).", epilog="python infra/sam_local.py serve --help: one function behind the Lambda Runtime"
+        " Interface Emulator, without a container.")
+    parser.add_argument("outdir", nargs="?", type=Path, default=REPO / "cdk.out", metavar="CDK_OUT",
+                        help="the synthesized cloud assembly (default: cdk.out, after `make synth`)")
+    outdir = parser.parse_args(argv).outdir
+    if not outdir.is_dir():
+        parser.error(f"{outdir} is not a directory: give the cloud assembly `make synth` wrote (cdk.out)")
     templates = templates_in(outdir)
     if not templates:
         print(f"no synthesized templates in {outdir}: run `make synth` first", file=sys.stderr)

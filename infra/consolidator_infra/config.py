@@ -81,11 +81,19 @@ class SchemaRegistryConfig(_Model):
         description="avro, protobuf or json-schema (plain JSON: no schema_registry)")
     decode_in: Literal["function", "event_source_mapping"] = "function"
     confluent_url: str | None = Field(None, pattern=r"^https?://[^\s@/]+(/\S*)?$",
-                                      description="Confluent-compatible registry URL (no credentials in it)")
+                                      description="Confluent-compatible registry URL (no credentials in it; https://"
+                                                  " when confluent_secret_arn is set)")
     confluent_secret_arn: str | None = Field(
         None, pattern=SECRET_ARN, description='its basic-auth secret: JSON {"username": ..., "password": ...}')
+    confluent_cidr: str | None = Field(
+        None, pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$",
+        description="where the registry is, for the function's egress rule when its port is not 443 (443 is open"
+                    " for the AWS APIs already); default the VPC CIDR: a registry on another port is expected in or"
+                    " next to the VPC, never anywhere on the internet")
     glue_registry_arn: str | None = Field(
         None, pattern=GLUE_REGISTRY_ARN.pattern, description="arn:aws:glue:<region>:<account>:registry/<name>")
+    # the function's SCHEMA_SUBJECTS, declared once (consolidator.settings)
+    subjects: setting_field("schema_subjects")[0] = setting_field("schema_subjects")[1]
 
     @model_validator(mode="after")
     def _one_registry(self) -> Self:
@@ -98,6 +106,14 @@ class SchemaRegistryConfig(_Model):
         if self.confluent_url and self.decode_in == "event_source_mapping" and not self.confluent_secret_arn:
             raise ValueError("the event source mapping reads a Confluent registry with basic auth:"
                              " confluent_secret_arn is required")
+        if self.confluent_secret_arn and not self.confluent_url.lower().startswith("https://"):
+            raise ValueError("confluent_url must be https:// with confluent_secret_arn (over http:// the registry's"
+                             " credentials would cross the network in cleartext)")
+        if self.confluent_cidr and not self.confluent_url:
+            raise ValueError("confluent_cidr is for confluent_url")
+        if self.subjects and self.decode_in != "function":
+            raise ValueError("subjects bind the function's lookups: with decode_in event_source_mapping the mapping"
+                             " reads the registry")
         if self.glue_registry_arn and self.decode_in == "function":
             check_glue_format(self.value_format, "glue_registry_arn")
         return self

@@ -74,7 +74,7 @@ class ConsolidatorStack(Stack):
             security_group=ingest_group,
             environment={**fields, **self._database_user("ingest"), **self.value_format.function_environment()},
         )
-        self.value_format.grant(self.ingest, ingest_group)
+        self.value_format.grant(self.ingest, ingest_group, config.network.vpc_cidr)
         self.flush = self.functions.build(
             "flush", description="Claims due groups, publishes one batch per group, marks them sent",
             timeout=Duration.seconds(fn.flush_timeout_seconds), memory_mb=fn.flush_memory_mb,

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 from urllib.parse import urlsplit
 
 from aws_cdk import aws_ec2 as ec2
@@ -52,19 +53,23 @@ class ValueFormat(Construct):
             environment[f"{P}SCHEMA_REGISTRY_URL"] = config.confluent_url
             if self.secret is not None:
                 environment[f"{P}SCHEMA_REGISTRY_SECRET_ARN"] = self.secret.secret_arn
+        if config.subjects:
+            environment[f"{P}SCHEMA_SUBJECTS"] = json.dumps(config.subjects)
         return environment
 
-    def grant(self, function: lambda_.Function, group: ec2.SecurityGroup) -> None:
+    def grant(self, function: lambda_.Function, group: ec2.SecurityGroup, vpc_cidr: str) -> None:
         """What the function reads when it decodes: the registry's secret, or Glue's schema
         versions; and the registry's port when it is not HTTPS's 443 (which every function may
-        reach: consolidator_infra.network)."""
+        reach: consolidator_infra.network), towards ``confluent_cidr`` (default ``vpc_cidr``)
+        only: never a port open to the whole internet."""
         if not self.in_function:
             return
         if self.config.confluent_url:
             parts = urlsplit(self.config.confluent_url)
             port = parts.port or (443 if parts.scheme == "https" else 80)
             if port != 443:
-                group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(port), "Schema registry")
+                group.add_egress_rule(ec2.Peer.ipv4(self.config.confluent_cidr or vpc_cidr), ec2.Port.tcp(port),
+                                      "Schema registry")
         if self.secret is not None:
             self.secret.grant_read(function)
         if self.config.glue_registry_arn:

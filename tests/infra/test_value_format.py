@@ -80,12 +80,27 @@ def test_the_function_decodes_with_a_confluent_registry_and_reads_its_secret(tmp
     assert "SchemaRegistryConfig" not in mapping["AmazonManagedKafkaEventSourceConfig"]
     assert (variables["CONSOLIDATOR_VALUE_FORMAT"], variables["CONSOLIDATOR_SCHEMA_REGISTRY_URL"],
             variables["CONSOLIDATOR_SCHEMA_REGISTRY_SECRET_ARN"]) == ("avro", url, SECRET)
-    group = stack.resolve(stack.ingest.connections.security_groups[0].node.default_child.logical_id)
-    egress = template.to_json()["Resources"][group]["Properties"]["SecurityGroupEgress"]
-    assert {(rule["FromPort"], rule["Description"]) for rule in egress} >= {(443, "HTTPS to AWS APIs"),
-                                                                           (8081, "Schema registry")}
+    assert {(rule["FromPort"], rule["Description"]) for rule in _egress(stack, template)} >= {
+        (443, "HTTPS to AWS APIs"), (8081, "Schema registry")}
     assert any("secretsmanager:GetSecretValue" in s["Action"] and SECRET in json.dumps(s["Resource"])
                for s in statements)
+
+
+def _egress(stack, template) -> list[dict]:
+    group = stack.resolve(stack.ingest.connections.security_groups[0].node.default_child.logical_id)
+    return template.to_json()["Resources"][group]["Properties"]["SecurityGroupEgress"]
+
+
+@pytest.mark.parametrize("cidr", [None, "192.168.7.0/24"])
+def test_the_registry_port_is_open_to_its_network_only_never_the_internet(tmp_path, cidr):
+    registry = {"value_format": "avro", "confluent_url": "https://registry.internal.example:8081",
+                "confluent_secret_arn": SECRET, "subjects": ["orders-value", "orders-v2-value"]}
+    stack, template = _synth(tmp_path, "narrow", registry | ({"confluent_cidr": cidr} if cidr else {}))
+    [rule] = [rule for rule in _egress(stack, template) if rule["Description"] == "Schema registry"]
+    assert (rule["FromPort"], rule["CidrIp"]) == (8081, cidr or stack.config.network.vpc_cidr)
+    assert rule["CidrIp"] != "0.0.0.0/0"
+    _, variables, _ = _ingest(stack, template)
+    assert json.loads(variables["CONSOLIDATOR_SCHEMA_SUBJECTS"]) == ["orders-value", "orders-v2-value"]
 
 
 @pytest.mark.parametrize("schema_registry, message", [
@@ -97,6 +112,9 @@ def test_the_function_decodes_with_a_confluent_registry_and_reads_its_secret(tmp
      "confluent_secret_arn is required"),
     ({"value_format": "avro", "glue_registry_arn": "arn:aws:glue:eu-west-1:1:registry/x"},
      "msk.schema_registry.glue_registry_arn"),
+    ({"value_format": "avro", "confluent_url": "http://registry.internal:8081", "confluent_secret_arn": SECRET},
+     "confluent_url must be https:// with confluent_secret_arn"),
+    ({"value_format": "avro", "glue_registry_arn": GLUE, "subjects": []}, "msk.schema_registry.subjects"),
 ])
 def test_a_bad_schema_registry_is_refused_by_field(tmp_path, schema_registry, message):
     with pytest.raises(ConfigError) as error:

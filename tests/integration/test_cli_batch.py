@@ -77,7 +77,7 @@ def test_batch_show_and_list_any_batch_with_its_members_and_filters(env, store, 
     assert cli_json(env, "batch", "list", "--since", "2099-01-01T00:00:00Z")["batches"] == []
 
     shown = cli_json(env, "batch", "show", published["T0"]["batch_id"])
-    assert (shown["state"], shown["reason"], shown["attempts"], shown["tracked"]) == ("SENT", "hard_window", 0, False)
+    assert (shown["state"], shown["reason"], shown["attempts"], shown["tracked"]) == ("SENT", "hard_window", 1, False)
     assert [(m["item_id"], m["offset"], m["event"]) for m in shown["members"]] == [
         ("u0", 0, {"page": "/p0"}), ("u2", 2, {"page": "/p2"}), ("u4", 4, {"page": "/p4"})]
     assert [m["item_id"] for m in published["T0"]["members"]] == ["u0", "u2", "u4"]

@@ -45,8 +45,8 @@ def test_plain_values_get_line_positions_poison_is_dead_lettered_and_a_rerun_is_
     ]) + "\n")
     first = cli_json(env, "ingest", "--file", str(path))
     assert first["format"] == "values" and first["topic"] == "file.my-orders"
-    assert (first["lines"], first["stored"], first["coalesced"], first["replayed"], first["poison"],
-            first["failed"]) == (6, 4, 1, 0, 2, 0)
+    assert (first["lines"], first["blank"], first["stored"], first["coalesced"], first["replayed"], first["poison"],
+            first["failed"]) == (7, 1, 4, 1, 0, 2, 0)
     assert [(p["line"], p["reason"]) for p in first["poison_lines"]] == [(3, "not_json"), (6, "missing_group_key")]
     assert [(e["source"]["offset"], e["reason"]) for e in dead_letter(env)] == [(3, "not_json"),
                                                                                (6, "missing_group_key")]

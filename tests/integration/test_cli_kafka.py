@@ -52,17 +52,18 @@ def test_serve_prints_its_bootstrap_takes_a_produced_file_and_stops_cleanly(tmp_
             "",
             json.dumps({"location_id": "WH-2", "order_id": "B1", "items": []}),
             "{not json",
+            "[" * 100_000 + "]" * 100_000,  # too deep for any parser: produced as it is, keyless
         ]) + "\n")
         produced = subprocess.run([*CLI, "kafka", "produce", "--bootstrap-servers", bootstrap, "--topic", "orders",
                                    str(events), "--json"], check=False, capture_output=True, text=True, timeout=60)
         assert produced.returncode == 0, produced.stderr
         report = json.loads(produced.stdout)
-        assert (report["produced"], report["acknowledged"], report["ok"]) == (3, 3, True)
+        assert (report["produced"], report["blank_lines"], report["acknowledged"], report["ok"]) == (4, 1, 4, True)
         messages = consume(bootstrap, "orders")
         assert sorted((m.value(), m.key()) for m in messages) == sorted([
             (events.read_text().splitlines()[0].encode(), b"WH-1"),
             (events.read_text().splitlines()[2].encode(), b"WH-2"),
-            (b"{not json", None)])
+            (b"{not json", None), (events.read_text().splitlines()[4].encode(), None)])
     finally:
         process.send_signal(stop)
         _, stderr = process.communicate(timeout=30)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import shutil
 
 import boto3
 import pytest
 from format_values import ORDER_V1, ORDER_V2, avro_body, avro_serializer, confluent, order
 from moto import mock_aws
-from schema_registry import LocalSchemaRegistry
+from schema_registry import LocalSchemaRegistry, certificate
 from support import record, sql
 
 from consolidator.rules.events import FieldNames
@@ -78,7 +79,7 @@ def test_poison_is_dead_lettered_with_its_reason_and_schema_id(registry, store, 
 
 def test_registry_outage_fails_records_without_dead_lettering_them(registry, store, tmp_path, clock):
     serialize = avro_serializer(registry.url)
-    values = RegistryValueDecoder("avro", ConfluentRegistry(registry.url, timeout_s=1))
+    values = RegistryValueDecoder("avro", ConfluentRegistry(registry.url), timeout_s=1)
     ingest = service(store, tmp_path, clock, values)
     ingest.handle_msk_event(event_from_records([record(0, serialize(DOCS[0]), partition=1)]))  # schema 1 cached
     v2 = registry.register("AVRO", json.dumps(ORDER_V2))
@@ -100,32 +101,56 @@ def test_registry_outage_fails_records_without_dead_lettering_them(registry, sto
     assert [r["item_id"] for r in sql(store, ROWS)] == ["A", "B", "C"]
 
 
-def test_registry_credentials_come_from_the_secret_and_are_never_logged(registry, store, database_url, tmp_path,
-                                                                        clock, monkeypatch, caplog):
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs openssl")
+def test_registry_credentials_come_from_the_secret_over_verified_tls_and_are_never_logged(
+        store, database_url, tmp_path, clock, monkeypatch, caplog):
+    authority, certificate_file, key = certificate(tmp_path)
+    registry = LocalSchemaRegistry(tls=(str(certificate_file), str(key)))
+    monkeypatch.setenv("SSL_CERT_FILE", str(authority))  # the registry's authority is the one trusted
     password = "pw-9f3e1c-never-in-logs"
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
-    with mock_aws():
-        arn = boto3.client("secretsmanager").create_secret(
-            Name="registry", SecretString=json.dumps({"username": "key-1", "password": password}))["ARN"]
-        settings = load_settings(IngestSettings, environ={
-            "CONSOLIDATOR_DATABASE_URL": database_url, "CONSOLIDATOR_DEAD_LETTER_URL": f"file://{tmp_path}/dlq.jsonl",
-            "CONSOLIDATOR_VALUE_FORMAT": "avro", "CONSOLIDATOR_SCHEMA_REGISTRY_URL": registry.url,
-            "CONSOLIDATOR_SCHEMA_REGISTRY_SECRET_ARN": arn})
-        ingest = build_ingest_service(settings, clock=clock)
-    value = avro_serializer(registry.url)(DOCS[0])
-    assert ingest.handle_msk_event(event_from_records([record(0, value)])) == {"batchItemFailures": []}
-    assert registry.auth == "Basic " + base64.b64encode(f"key-1:{password}".encode()).decode()
-    registry.status = 401
-    with caplog.at_level(logging.DEBUG):
-        response = ingest.handle_msk_event(event_from_records([record(1, confluent(2, avro_body(DOCS[1])))]))
-    assert failures(response) == [("orders-0", 1)]
-    assert "schema registry" in caplog.text and password not in caplog.text and password not in repr(ingest)
+    try:
+        with mock_aws():
+            arn = boto3.client("secretsmanager").create_secret(
+                Name="registry", SecretString=json.dumps({"username": "key-1", "password": password}))["ARN"]
+            settings = load_settings(IngestSettings, environ={
+                "CONSOLIDATOR_DATABASE_URL": database_url,
+                "CONSOLIDATOR_DEAD_LETTER_URL": f"file://{tmp_path}/dlq.jsonl",
+                "CONSOLIDATOR_VALUE_FORMAT": "avro", "CONSOLIDATOR_SCHEMA_REGISTRY_URL": registry.url,
+                "CONSOLIDATOR_SCHEMA_REGISTRY_SECRET_ARN": arn})
+            ingest = build_ingest_service(settings, clock=clock)
+        assert registry.url.startswith("https://")
+        value = confluent(registry.register("AVRO", json.dumps(ORDER_V1)), avro_body(DOCS[0]))
+        assert ingest.handle_msk_event(event_from_records([record(0, value)])) == {"batchItemFailures": []}
+        assert registry.auth == "Basic " + base64.b64encode(f"key-1:{password}".encode()).decode()
+        registry.status = 401
+        with caplog.at_level(logging.DEBUG):
+            response = ingest.handle_msk_event(event_from_records([record(1, confluent(2, avro_body(DOCS[1])))]))
+        assert failures(response) == [("orders-0", 1)]
+        assert "schema registry" in caplog.text and password not in caplog.text and password not in repr(ingest)
+    finally:
+        registry.stop()
+
+
+def test_a_registry_certificate_from_an_unknown_authority_is_refused(store, tmp_path, clock, monkeypatch):
+    if not shutil.which("openssl"):
+        pytest.skip("needs openssl")
+    _, certificate_file, key = certificate(tmp_path)  # its authority is not trusted
+    registry = LocalSchemaRegistry(tls=(str(certificate_file), str(key)))
+    try:
+        schema_id = registry.register("AVRO", json.dumps(ORDER_V1))
+        ingest = service(store, tmp_path, clock, RegistryValueDecoder("avro", ConfluentRegistry(registry.url)))
+        response = ingest.handle_msk_event(event_from_records([record(0, confluent(schema_id, avro_body(DOCS[0])))]))
+        assert failures(response) == [("orders-0", 0)] and not (tmp_path / "dlq.jsonl").exists()
+        assert not registry.paths  # nothing was asked of a server that could not prove who it is
+    finally:
+        registry.stop()
 
 
 def test_redrive_decodes_with_the_registry_once_it_knows_the_schema(registry, store, tmp_path, clock):
     from consolidator.services.redrive import redrive_poison
 
-    values = RegistryValueDecoder("avro", ConfluentRegistry(registry.url, timeout_s=1))
+    values = RegistryValueDecoder("avro", ConfluentRegistry(registry.url), timeout_s=1)
     ingest = service(store, tmp_path, clock, values)
     value = confluent(77, avro_body(DOCS[1]))
     assert ingest.handle_msk_event(event_from_records([record(0, value)])) == {"batchItemFailures": []}
@@ -133,6 +158,7 @@ def test_redrive_decodes_with_the_registry_once_it_knows_the_schema(registry, st
     assert (entry["reason"], entry["schema_id"]) == ("unknown_schema", "77")
 
     registry.schemas[77] = {"schema": json.dumps(ORDER_V1)}  # registered since (a restored registry)
+    registry.subjects[77] = {"orders-value"}
     registry.status = 503
     values.cache.failures.clear()
     report = redrive_poison([entry], ingest)

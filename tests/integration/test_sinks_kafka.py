@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer
 from test_flush import POLICY, VALIDATOR, assert_invariants, ingest, make_service, orders
 
 from consolidator.sinks import OutgoingBatch, sink_from_url
-from consolidator.sinks.kafka import KafkaSink, _iam_oauth_cb
+from consolidator.sinks.kafka import KafkaSink, msk_iam_oauth_cb
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_iam_auth_signs_a_token_locally_and_configures_the_producer(monkeypatch)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     monkeypatch.delenv("AWS_PROFILE", raising=False)
-    token, expiry_s = _iam_oauth_cb("eu-west-1")("")
+    token, expiry_s = msk_iam_oauth_cb("eu-west-1")("")
     assert token and expiry_s > time.time()
     sink = sink_from_url("kafka://b-1.example:9098,b-2.example:9098/batches?auth=iam&region=eu-west-1")
     assert isinstance(sink, KafkaSink) and sink.topic == "batches"

@@ -124,7 +124,7 @@ def test_emr_submit_refuses_a_password_in_the_job_arguments(url_args):
 def test_emr_submit_prints_the_secret_arn_and_masks_credentials_it_prints():
     arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:trackers-AbCdEf"
     result = runner.invoke(spark_app, [
-        *EMR, "--topic", "orders", "--completion-database-url", "mysql://db.internal:3306/consolidator",
+        *EMR, "--topic", "orders", "--completion-database-url", "mysql://db.internal:3306/consolidator?ssl=true",
         "--completion-database-secret-arn", arn,
         "--kafka-option", 'kafka.sasl.jaas.config=ScramLoginModule required username="u" password="hunter2";'])
     assert result.exit_code == 0, result.output

@@ -57,7 +57,7 @@ def test_parse_ack_round_trips_and_names_what_is_wrong():
         (f'{{"batch_id": "{BATCH}", "members": [true]}}'.encode(), "indexes >= 0"),
         (f'{{"batch_id": "{BATCH}", "item_ids": [""]}}'.encode(), "non-empty strings"),
         (f'{{"batch_id": "{BATCH}", "members": 0}}'.encode(), "must be lists"),
-        (f'{{"batch_id": "{BATCH}", "members": [0], "extra": 1}}'.encode(), "unknown ack fields: extra"),
+        (f'{{"batch_id": "{BATCH}", "members": [0], "extra": 1}}'.encode(), "unknown ack fields: 'extra'"),
         (f'{{"ack_version": 2, "batch_id": "{BATCH}", "members": [0]}}'.encode(), "ack_version"),
     ):
         with pytest.raises(AckFormatError, match=problem):

@@ -44,7 +44,7 @@ def registry():
 
 
 def decoder(registry: LocalSchemaRegistry, value_format: str = "avro") -> RegistryValueDecoder:
-    return RegistryValueDecoder(value_format, ConfluentRegistry(registry.url, timeout_s=2))
+    return RegistryValueDecoder(value_format, ConfluentRegistry(registry.url), timeout_s=2)
 
 
 def json_event(document: dict):
@@ -87,7 +87,7 @@ def test_protobuf_message_indexes_pick_a_nested_message(registry):
     _, item_class = proto_classes(order_proto())
     body = item_class(sku="S", quantity=3).SerializeToString()
     # indexes [0, 0]: count 2, then 0 and 0 (zigzag varints) -> shop.Order.Item
-    assert json.loads(decoder(registry, "protobuf").to_json(confluent(schema_id, body, b"\x04\x00\x00"))) == {
+    assert json.loads(decoder(registry, "protobuf").to_json(confluent(schema_id, body, b"\x04\x00\x00"), "orders")) == {
         "sku": "S", "quantity": 3}
 
 
@@ -182,7 +182,7 @@ def test_schema_evolution_a_field_added_by_a_later_version(registry):
     old, new = v1(order()), v2(order(channel="app"))
     assert old[1:5] != new[1:5]  # two schema ids
     assert event(values, old) == event(values, new) == json_event(order())
-    assert json.loads(values.to_json(new))["channel"] == "app"
+    assert json.loads(values.to_json(new, "orders"))["channel"] == "app"
     assert sorted(registry.gets.values()) == [1, 1]
 
 
@@ -199,7 +199,7 @@ def glue_registry():
 
 
 def _glue_version(client, registry: str, schema: dict) -> str:
-    return client.create_schema(RegistryId={"RegistryName": registry}, SchemaName=f"orders-{registry}",
+    return client.create_schema(RegistryId={"RegistryName": registry}, SchemaName="orders",
                                 DataFormat="AVRO", Compatibility="BACKWARD",
                                 SchemaDefinition=json.dumps(schema))["SchemaVersionId"]
 
@@ -231,7 +231,7 @@ def test_glue_unreachable_is_a_dependency_failure():
                           aws_access_key_id="x", aws_secret_access_key="x")
     values = RegistryValueDecoder("avro", GlueRegistry("shop", timeout_s=1, client=client), glue=True)
     with pytest.raises(RegistryUnavailable):
-        values.to_json(glue("12345678-1234-1234-1234-123456789012", avro_body(order())))
+        values.to_json(glue("12345678-1234-1234-1234-123456789012", avro_body(order())), "orders")
 
 
 # -- any bytes: an event or poison, nothing else ---------------------------------------------------
@@ -266,6 +266,6 @@ _DECODERS: dict[str, dict] = {}
 
 def _decoders(url: str) -> dict:
     if url not in _DECODERS:
-        _DECODERS[url] = {f: RegistryValueDecoder(f, ConfluentRegistry(url, timeout_s=2))
+        _DECODERS[url] = {f: RegistryValueDecoder(f, ConfluentRegistry(url), timeout_s=2)
                           for f in ("avro", "protobuf", "json-schema")}
     return _DECODERS[url]

@@ -180,7 +180,7 @@ VALID = {
     "CONSOLIDATOR_DATABASE_URL": "mysql://root:@127.0.0.1:3306/x", "CONSOLIDATOR_REDIS_URL": "redis://127.0.0.1:6379/0",
     "CONSOLIDATOR_SINK_URL": "file:///tmp/out.jsonl", "CONSOLIDATOR_DEAD_LETTER_URL": "file:///tmp/dlq.jsonl",
     "CONSOLIDATOR_COMPLETION_SINK_URL": "file:///tmp/c.jsonl", "CONSOLIDATOR_KAFKA_BOOTSTRAP": "b-1:9092",
-    "CONSOLIDATOR_SOURCE_TOPIC": "orders", "CONSOLIDATOR_EMR_APPLICATION_ID": "00abc",
+    "CONSOLIDATOR_SOURCE_TOPIC": "orders", "CONSOLIDATOR_SOURCE_TOPICS": "orders", "CONSOLIDATOR_EMR_APPLICATION_ID": "00abc",
     "CONSOLIDATOR_EMR_JOB_ROLE_ARN": "arn:aws:iam::111111111111:role/job", "CONSOLIDATOR_EMR_BUCKET": "my-bucket",
 }
 ODD = ["inf", "-inf", "Infinity", "nan", "NaN", "1e300", "-1e300", "9e15", "1e12", "-1", "0", "0.0", "0.0001",
@@ -202,7 +202,7 @@ def _variables():
 
 def _use(loaded) -> None:
     """What a runtime does first with its settings: build the policy, the limit, the names."""
-    for method in ("policy", "rate_limit", "field_names"):
+    for method in ("policy", "rate_limit", "field_names", "topics", "consumer_config"):
         if hasattr(loaded, method):
             getattr(loaded, method)()
 

@@ -19,31 +19,29 @@ from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from typer._click import exceptions as click_exceptions
 from typer.core import TyperCommand, TyperGroup
 
-from consolidator.cli.options import MARKUP_MODE, as_setting, bounded  # noqa: F401 (the commands' option parsers)
+from consolidator.cli.options import MARKUP_MODE, as_setting, bounded, topic_name  # noqa: F401 (option parsers)
+from consolidator.cli.render import console, echo, styled
 from consolidator.rules.errors import ConfigurationError, ConsolidatorError
+from consolidator.rules.printable import echoed
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-
-def _console(stream, *, stderr: bool = False) -> Console:
-    """A terminal gets rich's own width; a pipe or file gets lines that are never wrapped at
-    80 columns (ids and errors stay on one line for grep and scripts)."""
-    return Console(stderr=stderr, width=None if stream.isatty() else 10_000)
-
-
-out = _console(sys.stdout)
-err = _console(sys.stderr, stderr=True)
+# Every command prints through these (or render.echo): data is printed as text, never as markup,
+# and no control character reaches the terminal (consolidator.cli.render).
+out = console(sys.stdout)
+err = console(sys.stderr, stderr=True)
 
 # What to do about the database errors an operator meets first (MySQL error codes).
 DATABASE_HINTS = {
     1044: "the user may not use this database: grant it access, or fix the database in CONSOLIDATOR_DATABASE_URL",
     1045: "the database refused the user or password: fix CONSOLIDATOR_DATABASE_URL "
           "(or the secret of CONSOLIDATOR_DATABASE_SECRET_ARN)",
+    1698: "create a user with a password for Consolidator (CREATE USER 'consolidator'@'%' IDENTIFIED BY '...';"
+          " GRANT ALL ON <database>.* TO 'consolidator'@'%') and put it in CONSOLIDATOR_DATABASE_URL"
+          " (mysql://consolidator:<password>@host:3306/<database>)",
     1049: "the database does not exist: run `consolidator db migrate --create` (or CREATE DATABASE <name>, then"
           " `consolidator db migrate`)",
     1146: "a table is missing: run `consolidator db migrate`",
@@ -70,8 +68,8 @@ def database_hint(exc: BaseException) -> str | None:
 
 
 def say_error(prefix: str, message: object) -> None:
-    """One line on stderr: a red prefix and the message, never read as markup."""
-    err.print(f"[red]{escape(prefix)}:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+    """One line on stderr: a red prefix and the message, printed as text (consolidator.cli.render)."""
+    err.print(styled(f"{prefix}:", "red"), str(message), soft_wrap=True)
 
 
 class _LazySubApp(TyperGroup):
@@ -124,7 +122,7 @@ class _Root(TyperGroup):
                       f"{exc.format_message()}{where}")
             sys.exit(exc.exit_code)
         except typer.Abort:
-            typer.echo("Aborted!", err=True)
+            echo("Aborted!", err=True)
             sys.exit(EXIT_FAILED)
         sys.exit(code if isinstance(code, int) else EXIT_OK)
 
@@ -142,8 +140,8 @@ class _Root(TyperGroup):
 ROOT_HELP = (
     "Operate the Consolidator buffer: db (schema), status, flush, ingest (a local file), kafka (a local"
     " Kafka), dlq (dead letters), batch (completion tracking), limits (rate limits), offsets (replay"
-    " marks), partitions, demo, spark (Spark jobs). Settings come from CONSOLIDATOR_* variables: each"
-    " command's --help names the ones it reads."
+    " marks), partitions, demo, worker (the long-running consumer service), spark (Spark jobs). Settings"
+    " come from CONSOLIDATOR_* variables: each command's --help names the ones it reads."
 )
 
 app = typer.Typer(
@@ -163,13 +161,15 @@ def variables_help(models: dict[str, str]) -> str:
 
     paragraphs = ["Variables (defaults and bounds: the README's configuration table):"]
     for mode, model_name in models.items():
-        fields = getattr(settings, model_name).model_fields
+        model = getattr(settings, model_name)
+        fields = model.model_fields
         prefix = settings.ENV_PREFIX
-        required = [prefix + name.upper() for name, f in fields.items() if f.is_required()]
+        also_required = getattr(model, "REQUIRED_SETTINGS", ())  # optional fields a rule of the model requires
+        required = [prefix + name.upper() for name, f in fields.items() if f.is_required() or name in also_required]
         if "database_url" in fields:
             required.insert(0, f"{prefix}DATABASE_URL (or {prefix}DATABASE_SECRET_ARN)")
         others = [prefix + name.upper() for name, f in fields.items()
-                  if not f.is_required() and name not in ("database_url", "database_secret_arn")]
+                  if not f.is_required() and name not in ("database_url", "database_secret_arn", *also_required)]
         text = (f"{mode}: " if mode else "") + "needs " + ", ".join(required)
         paragraphs.append(text + ("; also reads " + ", ".join(others) if others else "") + ".")
     return "\n\n".join(paragraphs)
@@ -188,7 +188,7 @@ class SettingsCommand(TyperCommand):
 
 def reads(models: str | dict[str, str]) -> type[SettingsCommand]:
     """The command class of a command that loads the settings model ``models``, or one model
-    per mode: ``@app.command(cls=reads({"": "FlushSettings", "with --dry-run": "PolicySettings"}))``."""
+    per mode: ``@app.command(cls=reads({"": "FlushSettings", "with --dry-run": "FlushDryRunSettings"}))``."""
     models = {"": models} if isinstance(models, str) else models
     return type("ReadsSettings", (SettingsCommand,), {"settings_models": models})
 
@@ -198,9 +198,9 @@ def _version(value: bool) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            typer.echo(f"consolidator {version('consolidator')}")
+            echo(f"consolidator {version('consolidator')}")
         except PackageNotFoundError:
-            typer.echo("consolidator (not installed as a package: version unknown)")
+            echo("consolidator (not installed as a package: version unknown)")
         raise typer.Exit(EXIT_OK)
 
 
@@ -234,7 +234,7 @@ def check_batch_ids(batch_ids: list[str], as_json: bool) -> None:
     batch id: 32 lowercase hex characters."""
     malformed = [b for b in batch_ids if not BATCH_ID.fullmatch(b)]
     if malformed:
-        raise fail(f"not a batch id: {malformed[0]!r:.80} (a batch id is 32 lowercase hex characters)", as_json,
+        raise fail(f"not a batch id: {echoed(malformed[0])} (a batch id is 32 lowercase hex characters)", as_json,
                    malformed=malformed)
 
 
@@ -271,7 +271,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def emit_json(document: Any) -> None:
-    typer.echo(json.dumps(_jsonable(document), sort_keys=True))
+    """One JSON document on one line of stdout (ASCII: every other character as a JSON escape)."""
+    echo(json.dumps(_jsonable(document), sort_keys=True))
 
 
 def load_settings(model_name: str):

@@ -58,37 +58,74 @@ def _member_document(m) -> dict:
     return document
 
 
-def _batch_document(view, members: bool) -> dict:
+def _aggregates(view, shape) -> tuple[dict | None, str | None]:
+    """The batch's aggregates as its message computes them from its rows (``{"items": [...]}``
+    for the reference shape), or None and why not."""
+    from consolidator.rules.batch import Member, batch_aggregates
+    from consolidator.rules.shape import EventView
+
+    if view.kind != "batch":
+        return None, "an expiry record: its rows were not published"
+    if not view.members:
+        return None, "its rows are gone (dropped with their partition)"
+    generic = any(m.items is None for m in view.members)
+    if generic and shape is None:
+        return None, ("its rows keep events of a generic shape: set CONSOLIDATOR_AGGREGATE and"
+                      " CONSOLIDATOR_MEMBER_PAYLOAD as the flusher has them")
+    members = [Member(m.position, m.item_id, EventView(m.event) if m.items is None else m.items, m.first_seen_ms,
+                      m.last_update_ms, m.merged_events) for m in view.members]
+    try:
+        return batch_aggregates(view.group_key, members, shape if generic else None), None
+    except (ValueError, TypeError) as exc:  # rows kept under another spec than the one set now
+        return None, f"not computable with the CONSOLIDATOR_AGGREGATE set now: {exc}"
+
+
+def _batch_document(view, members: bool, shape) -> dict:
+    aggregates, why_not = _aggregates(view, shape)
     document = {"batch_id": view.batch_id, "group_key": view.group_key, "state": view.state, "kind": view.kind,
                 "reason": view.reason, "member_count": view.member_count, "attempts": view.attempts,
+                "failed_publishes": view.failed_publishes, "aggregates": aggregates,
                 "claimed_at_ms": view.claimed_at_ms, "last_attempt_ms": view.last_attempt_ms,
                 "finished_at_ms": view.finished_at_ms, "last_error": view.last_error,
                 "held_back_ms": view.held_back_ms, "tracked": view.tracked}
+    if why_not:
+        document["aggregates_not_shown"] = why_not
     if members:
         document["members"] = [_member_document(m) for m in view.members]
     return document
 
 
-@batch_app.command("show", cls=reads("CleanupSettings"))
+def _compact(value: object, limit: int) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+@batch_app.command("show", cls=reads("BatchViewSettings"))
 @guarded
 def show(batch_id: Annotated[str, typer.Argument(help="The batch id (32 hex characters).")],
          as_json: JsonOption = False) -> None:
-    """One batch, tracked or not: state, reason, attempts, group, last error, and its members with
-    item id, position and what their row keeps of the newest event. Exit 1 when unknown."""
+    """One batch, tracked or not: state, reason, publish attempts, group, last error, its
+    aggregates (computed from its rows as its message computes them, with the event shape set
+    now), and its members with item id, position and what their row keeps of the newest event.
+    Exit 1 when unknown."""
     check_batch_ids([batch_id], as_json)
-    store = store_for(load_settings("CleanupSettings"))
-    view = store.batch_view(batch_id)
+    s = load_settings("BatchViewSettings")
+    view = store_for(s).batch_view(batch_id)
     if view is None:
         raise fail(f"unknown batch: no batch has the id {batch_id}", as_json, batch_id=batch_id)
-    document = _batch_document(view, members=True)
+    document = _batch_document(view, members=True, shape=s.shape())
     if as_json:
         emit_json(document)
         return
     now = wall_clock_ms()
-    out.print(f"batch {view.batch_id} ({view.group_key}): {view.state}, {view.reason}, {view.attempts} failed"
-              f" publishes, {view.member_count} members, claimed {age_text(now, view.claimed_at_ms)} ago"
-              + (", tracked" if view.tracked else "") + (f", held back {view.held_back_ms} ms" if view.held_back_ms else "")
-              + (f"; last error: {view.last_error}" if view.last_error else ""))
+    out.print(f"batch {view.batch_id} ({view.group_key}): {view.state}, {view.reason}, {view.attempts} publish"
+              f" attempt(s) ({view.failed_publishes} failed), {view.member_count} members, claimed"
+              f" {age_text(now, view.claimed_at_ms)} ago" + (", tracked" if view.tracked else "")
+              + (f", held back {view.held_back_ms} ms" if view.held_back_ms else "")
+              + (f"; last error: {view.last_error}" if view.last_error else ""), soft_wrap=True)
+    aggregates = document["aggregates"]
+    out.print("aggregates: " + (json.dumps(aggregates, ensure_ascii=False) if aggregates is not None
+                                else f"- ({document['aggregates_not_shown']})"), soft_wrap=True)
     table = Table()
     for column in ("#", "item id", "position", "events", "newest event"):
         table.add_column(column)
@@ -173,7 +210,7 @@ def ack(
         raise typer.Exit(EXIT_FAILED)
 
 
-@batch_app.command("list", cls=reads({"": "CleanupSettings", "with --incomplete": "CompletionSettings"}))
+@batch_app.command("list", cls=reads({"": "BatchViewSettings", "with --incomplete": "CompletionSettings"}))
 @guarded
 def list_(
     incomplete: Annotated[bool, typer.Option("--incomplete", help="Sent batches not complete after the deadline.")] = False,
@@ -184,9 +221,10 @@ def list_(
                                        help="Show at most this many batches (1 to 100,000).")] = 100,
     as_json: JsonOption = False,
 ) -> None:
-    """Batches, newest first, filtered by state, group and claim time. With --incomplete: tracked
-    batches that are overdue (sent, not complete after CONSOLIDATOR_COMPLETION_DEADLINE_SECONDS,
-    default 3600), oldest first."""
+    """Batches, newest first, filtered by state, group and claim time, with their publish attempts
+    and aggregates (as ``batch show`` computes them). With --incomplete: tracked batches that are
+    overdue (sent, not complete after CONSOLIDATOR_COMPLETION_DEADLINE_SECONDS, default 3600),
+    oldest first."""
     if not incomplete:
         _list_batches(state, group, since, limit, as_json)
         return
@@ -220,16 +258,18 @@ def _list_batches(state: str | None, group: str | None, since: str | None, limit
         raise typer.BadParameter(f"{state!r}: give one of {', '.join(STATES)}", param_hint="--state")
     now = wall_clock_ms()
     since_ms = None if since is None else _since_ms(since, now)
-    store = store_for(load_settings("CleanupSettings"))
-    views = store.batch_views(state=None if state is None else state.upper(), group_key=group, since_ms=since_ms,
-                              limit=limit)
+    s = load_settings("BatchViewSettings")
+    views = store_for(s).batch_views(state=None if state is None else state.upper(), group_key=group,
+                                     since_ms=since_ms, limit=limit, members=True)
+    documents = [_batch_document(v, members=False, shape=s.shape()) for v in views]
     if as_json:
-        emit_json({"now_ms": now, "batches": [_batch_document(v, members=False) for v in views]})
+        emit_json({"now_ms": now, "batches": documents})
         return
     table = Table(title=f"batches ({len(views)}, newest first)")
-    for column in ("batch id", "group", "state", "reason", "members", "attempts", "claimed", "tracked"):
+    for column in ("batch id", "group", "state", "reason", "members", "attempts", "claimed", "tracked", "aggregates"):
         table.add_column(column)
-    for v in views:
+    for v, d in zip(views, documents, strict=True):
         table.add_row(v.batch_id, v.group_key, v.state, v.reason, str(v.member_count), str(v.attempts),
-                      age_text(now, v.claimed_at_ms) + " ago", "yes" if v.tracked else "no")
+                      age_text(now, v.claimed_at_ms) + " ago", "yes" if v.tracked else "no",
+                      "-" if d["aggregates"] is None else _compact(d["aggregates"], 60))
     out.print(table)

@@ -49,7 +49,7 @@ def demo(
     bursts: Annotated[int, typer.Option(parser=bounded(1, 1_000, integer=True),
                                         help="Bursts the orders arrive in, pauses between (1 to 1,000).")] = 8,
     database_url: Annotated[str | None, typer.Option(
-        callback=_url("check_database_url"), help="Database server for the demo database (default mysql://root@127.0.0.1:3306; "
+        callback=_url("check_database_server_url"), help="Database server for the demo database (default mysql://root@127.0.0.1:3306; "
              "CONSOLIDATOR_DATABASE_URL is never used unless passed here).")] = None,
     database_name: Annotated[str, typer.Option(
         help="Demo database: created by the demo and recreated on every run; a database the demo "

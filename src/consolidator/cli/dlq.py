@@ -90,9 +90,11 @@ def _read_jsonl(path: Path) -> list[dict]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise typer.BadParameter(f"cannot read {path}: {exc}", param_hint="--file") from None
+    from consolidator.sources.files import parse_json
+
     try:
-        return [json.loads(line) for line in lines if line.strip()]
-    except json.JSONDecodeError as exc:
+        return [parse_json(line) for line in lines if line.strip()]
+    except ValueError as exc:  # JSONDecodeError, or nested too deeply
         raise typer.BadParameter(f"{path} is not JSON lines: {exc}", param_hint="--file") from None
 
 

@@ -33,10 +33,14 @@ MAX_FLUSH_SECONDS = 86_400.0  # `flush --seconds`: at most a day of ticks in one
 
 def _dry_run(as_json: bool) -> None:
     """Due groups and why, and which are held back by their rate limit, from the database
-    alone (no Redis, sink or dead letter needed)."""
+    alone (no Redis, sink or dead letter needed). Every flush setting that is set is checked
+    first, as ``flush --once`` checks it."""
     from consolidator.services.due import due_groups_now
+    from consolidator.services.flush_setup import check_batch_cap
 
-    s = load_settings("PolicySettings")
+    s = load_settings("FlushDryRunSettings")
+    if s.sink_url is not None:
+        check_batch_cap(s.max_batch_bytes, s.sink_url)
     now = wall_clock_ms()
     due = [
         {"group_key": d.stats.group_key, "reason": str(d.reason), "pending": d.stats.pending,
@@ -63,19 +67,20 @@ def _dry_run(as_json: bool) -> None:
 
 def _tick_line(number: int, report: TickReport) -> str:
     if report.skipped == "lock_unavailable":
-        return f"tick {number}: skipped, Redis unreachable: {report.error}"
+        return f"tick {number}: skipped, no flush lock: {report.error}"
     if report.skipped:
         return f"tick {number}: skipped, another flusher holds the lock"
     return (f"tick {number}: {len(report.published)} published, {report.publish_failures} publish failures, "
             f"{report.expired} expired, {len(report.throttled)} throttled, {report.dead} dead")
 
 
-@app.command(cls=reads({"": "FlushSettings", "with --dry-run": "PolicySettings"}))
+@app.command(cls=reads({"": "FlushSettings", "with --dry-run": "FlushDryRunSettings"}))
 @guarded
 def flush(
     once: Annotated[bool, typer.Option("--once", help="Run exactly one flush tick.")] = False,
     dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Show due groups and why; claim nothing. Needs only the database.")] = False,
+        "--dry-run", help="Check every flush setting that is set, then show due groups and why; claim nothing. "
+                          "Needs only the database.")] = False,
     seconds: Annotated[float | None, typer.Option(
         parser=bounded(0.001, MAX_FLUSH_SECONDS, " seconds"),
         help=f"Run ticks on schedule for this long (0.001 to {MAX_FLUSH_SECONDS:g} s), like one Lambda "
@@ -131,7 +136,6 @@ def flush(
         out.print(f"{len(reports)} tick(s): {published} batches published, {failures} publish failures, "
                   f"{expired} expired, {throttled} throttled, {dead} dead", highlight=False)
     if redis_down:
-        say_error("Redis unreachable (flush lock); no batch was flushed in that tick",
-                  f"{redis_down[-1]} -> check CONSOLIDATOR_REDIS_URL and that Redis is running")
+        say_error("no flush lock, so no batch was flushed in that tick", redis_down[-1])
     if failures or dead or redis_down:
         raise typer.Exit(EXIT_FAILED)

@@ -20,6 +20,7 @@ from consolidator.cli.base import (
     out,
     reads,
     say_error,
+    topic_name,
 )
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ FORMATS = ("auto", "values", "envelope", "msk-event")
 
 def _counts(r: FileIngestReport) -> str:
     return (f"{r.stored} stored, {r.coalesced} coalesced, {r.replayed} replayed, {r.poison} poison, "
-            f"{len(r.malformed)} malformed, {r.failed} failed")
+            f"{len(r.malformed)} malformed, {r.failed} failed" + (f", {r.blank} blank" if r.blank else ""))
 
 
 class _Progress:
@@ -47,8 +48,16 @@ class _Progress:
         self.next_lines = (r.lines // self.every + 1) * self.every
         self.last = now
         rate = r.lines / r.seconds if r.seconds > 0 else 0.0
-        err.print(f"ingest {r.file}: {r.lines} lines read, {_counts(r)} ({rate:,.0f} lines/s)",
-                  highlight=False, soft_wrap=True)
+        err.print(f"ingest {r.file}: {r.lines} lines read, {_counts(r)} ({rate:,.0f} lines/s)", soft_wrap=True)
+
+
+def _replay_only(r: FileIngestReport) -> str:
+    """Why a file changed nothing: every record's position was stored before."""
+    if r.topic is None:
+        return f"every record of {r.file} was already stored (their topic, partition and offset were seen before)"
+    return (f"every line of {r.file} was already stored under topic {r.topic} (line number = offset), so this run"
+            " was a replay and ingested nothing. If this is another file than the one ingested before, give it a"
+            " topic of its own: --topic NAME")
 
 
 @app.command(cls=reads("IngestSettings"))
@@ -60,7 +69,8 @@ def ingest(
                          "topic, partition, offset, timestamp, key, value), msk-event (one MSK event "
                          "document, like events/msk-orders.json), or auto: told by the first line.")] = "auto",
     topic: Annotated[str | None, typer.Option(
-        "--topic", help="values: the topic of the positions (default file.<file name>).")] = None,
+        "--topic", parser=topic_name,
+        help="values: the topic of the positions (default file.<file name>); a Kafka topic name.")] = None,
     timestamp_field: Annotated[str | None, typer.Option(
         "--timestamp-field", help="values: the record timestamp is this field of the value (epoch ms or "
                                   "ISO-8601 with a zone); default: the time the line is read.")] = None,
@@ -98,12 +108,13 @@ def ingest(
     if chosen is FileFormat.VALUES and restamp:
         raise typer.BadParameter("plain values are stamped when read (or by --timestamp-field)",
                                  param_hint="--restamp")
+    settings = load_settings("IngestSettings")  # a configuration error is the first and only line
     how = {FileFormat.VALUES: "JSON lines of event values (offset = line number)",
            FileFormat.ENVELOPE: "JSON lines of Kafka records (topic, partition, offset, timestamp, key, value)",
            FileFormat.MSK_EVENT: "one MSK event"}[chosen]
     err.print(f"reading {file} as {how}" + (" (detected; --format to choose)" if file_format == "auto" else ""),
-              highlight=False, soft_wrap=True)
-    service = build_ingest_service(load_settings("IngestSettings"))
+              soft_wrap=True)
+    service = build_ingest_service(settings)
     try:
         report = ingest_file(file, service, file_format=chosen, topic=topic, timestamp_field=timestamp_field,
                              restamp=restamp, chunk=min(CHUNK, progress_every),
@@ -116,6 +127,8 @@ def ingest(
         say_error(f"line {m['line']} malformed, not ingested", m["detail"])
     for f in report.failed_lines:
         say_error(f"line {f['line']} failed", f"{f['source']}; see the log above")
+    if report.replay_only:
+        say_error("nothing new", _replay_only(report))
     if report.stopped_at_line is not None:
         say_error("stopped", f"at line {report.stopped_at_line}; nothing after it was ingested: fix the cause "
                   "and run the same command again (lines already stored are replays)")
@@ -124,10 +137,9 @@ def ingest(
     else:
         for p in report.poison_lines:
             where = f"line {p['line']}" if p["line"] is not None else str(p["source"])
-            out.print(f"{where}: poison ({p['reason']}: {p['detail']}), dead-lettered", highlight=False, soft_wrap=True)
+            out.print(f"{where}: poison ({p['reason']}: {p['detail']}), dead-lettered", soft_wrap=True)
         topic_text = f" as topic {report.topic}" if report.topic else ""
         noun = "records" if report.format == "msk-event" else "lines"
-        out.print(f"{report.file}{topic_text}: {report.lines} {noun}, {_counts(report)}", highlight=False,
-                  soft_wrap=True)
+        out.print(f"{report.file}{topic_text}: {report.lines} {noun}, {_counts(report)}", soft_wrap=True)
     if not report.ok:
         raise typer.Exit(EXIT_FAILED)

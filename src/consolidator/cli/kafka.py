@@ -3,7 +3,6 @@ producer of JSON-lines files to it (or to any Kafka)."""
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 from pathlib import Path
@@ -11,7 +10,17 @@ from typing import Annotated
 
 import typer
 
-from consolidator.cli.base import EXIT_FAILED, JsonOption, bounded, emit_json, err, out, say_error
+from consolidator.cli.base import (
+    EXIT_FAILED,
+    JsonOption,
+    bounded,
+    emit_json,
+    err,
+    out,
+    say_error,
+    topic_name,
+)
+from consolidator.cli.render import echo
 
 kafka_app = typer.Typer(help="A local Kafka (librdkafka's mock cluster) and a producer of event files.",
                         no_args_is_help=True)
@@ -47,7 +56,7 @@ def serve(
             say_error("the mock cluster did not start", exc)
             raise typer.Exit(EXIT_FAILED) from None
         bootstrap = ",".join(f"{b.host}:{b.port}" for b in sorted(metadata.brokers.values(), key=lambda b: b.id))
-        typer.echo(bootstrap)  # stdout, flushed: the one line a script reads
+        echo(bootstrap)  # stdout, flushed: the one line a script reads
         err.print(f"local Kafka (librdkafka mock cluster, {brokers} brokers) at {bootstrap}; "
                   "Ctrl-C or SIGTERM to stop", highlight=False, soft_wrap=True)
         while not stop.is_set():
@@ -65,10 +74,12 @@ def _key(line: bytes, field: str | None) -> bytes | None:
     """The value's ``field`` as the message key (so one group stays on one partition), if any."""
     if not field:
         return None
+    from consolidator.sources.files import parse_json
+
     try:
-        document = json.loads(line)
+        document = parse_json(line)
     except ValueError:
-        return None  # not JSON: produced as it is, a poison record for the consumer
+        return None  # not JSON (or nested too deeply): produced as it is, a poison record for the consumer
     key = document.get(field) if isinstance(document, dict) else None
     return None if key is None or isinstance(key, (dict, list)) else str(key).encode()
 
@@ -78,7 +89,8 @@ def produce(
     file: Annotated[Path, typer.Argument(help="JSON lines, each line one event value.")],
     bootstrap_servers: Annotated[str, typer.Option(
         "--bootstrap-servers", envvar="CONSOLIDATOR_KAFKA_BOOTSTRAP", help="e.g. what `kafka serve` printed.")],
-    topic: Annotated[str, typer.Option("--topic", envvar="CONSOLIDATOR_SOURCE_TOPIC")],
+    topic: Annotated[str, typer.Option("--topic", envvar="CONSOLIDATOR_SOURCE_TOPIC", parser=topic_name,
+                                       help="A Kafka topic name.")],
     key_field: Annotated[str, typer.Option(
         "--key-field", envvar="CONSOLIDATOR_GROUP_KEY_FIELD",
         help="The message key is this field of the value (the group key); empty: no key.")] = "location_id",
@@ -88,7 +100,8 @@ def produce(
     as_json: JsonOption = False,
 ) -> None:
     """Produce a JSON-lines file of event values to a Kafka topic, one message per non-blank line
-    (the line's bytes as the value, untouched: a line that is not JSON arrives as poison),
+    (blank lines are counted, not produced; the line's bytes as the value, untouched: a line that
+    is not JSON arrives as poison),
     stamped now by the producer. Reads CONSOLIDATOR_KAFKA_BOOTSTRAP, CONSOLIDATOR_SOURCE_TOPIC and
     CONSOLIDATOR_GROUP_KEY_FIELD when the options are not given. Exit 1 unless every message was
     acknowledged (acks=all)."""
@@ -105,7 +118,7 @@ def produce(
                          "message.timeout.ms": int(timeout_seconds * 1000)})
     errors: list[str] = []
     partitions: dict[int, int] = {}
-    sent = 0
+    sent = blank = 0
 
     def delivered(error, message) -> None:
         if error is not None:
@@ -117,6 +130,7 @@ def produce(
         for line in handle:
             line = line.strip()
             if not line:
+                blank += 1  # no message, but counted: every line of the file is accounted for
                 continue
             try:
                 try:
@@ -135,14 +149,15 @@ def produce(
         errors.append(f"{unconfirmed} message(s) without a delivery report after {timeout_seconds + 5:g} s")
     acknowledged = sum(partitions.values())
     document = {"file": str(file), "topic": topic, "bootstrap_servers": bootstrap_servers, "produced": sent,
-                "acknowledged": acknowledged, "per_partition": dict(sorted(partitions.items())),
+                "blank_lines": blank, "acknowledged": acknowledged, "per_partition": dict(sorted(partitions.items())),
                 "errors": errors[:10], "ok": not errors and not unconfirmed and acknowledged == sent}
     if as_json:
         emit_json(document)
     else:
         spread = ", ".join(f"{p}: {n}" for p, n in sorted(partitions.items())) or "none"
         out.print(f"{acknowledged} of {sent} messages from {file} acknowledged by {topic} at {bootstrap_servers} "
-                  f"(per partition {spread})", highlight=False, soft_wrap=True)
+                  f"(per partition {spread})" + (f"; {blank} blank lines, not produced" if blank else ""),
+                  soft_wrap=True)
         for error in errors[:10]:
             say_error("not delivered", error)
     if not document["ok"]:

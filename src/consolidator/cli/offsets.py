@@ -18,7 +18,9 @@ from consolidator.cli.base import (
     reads,
     say_error,
     store_for,
+    topic_name,
 )
+from consolidator.cli.render import confirm
 
 offsets_app = typer.Typer(help="Replay protection: one high-water offset per (topic, partition).",
                           no_args_is_help=True)
@@ -32,7 +34,7 @@ def _rows(offsets) -> list[dict]:
 @offsets_app.command("list", cls=reads("CleanupSettings"))
 @guarded
 def offsets_list(
-    topic: Annotated[str | None, typer.Option(help="Only this topic.")] = None,
+    topic: Annotated[str | None, typer.Option(parser=topic_name, help="Only this topic.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Each partition's high-water offset: a record at or below it is a replay (a no-op)."""
@@ -52,7 +54,7 @@ def offsets_list(
 @offsets_app.command("reset", cls=reads("CleanupSettings"))
 @guarded
 def offsets_reset(
-    topic: Annotated[str, typer.Argument(help="The topic whose replay state is forgotten.")],
+    topic: Annotated[str, typer.Argument(parser=topic_name, help="The topic whose replay state is forgotten.")],
     partition: Annotated[int | None, typer.Option(parser=bounded(0, 2**31 - 1, integer=True),
                                                   help="Only this partition (0 or more).")] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
@@ -70,8 +72,8 @@ def offsets_reset(
         raise typer.Exit(EXIT_FAILED)
     if not yes:
         highest = max(o.high_water for o in marks)
-        typer.confirm(f"Forget {len(marks)} high-water mark(s) of topic {topic!r} (highest offset {highest})?"
-                      " Records of it will be applied again when delivered", abort=True, err=True)
+        confirm(f"Forget {len(marks)} high-water mark(s) of topic {topic!r} (highest offset {highest})?"
+                " Records of it will be applied again when delivered")
     deleted, positions = store.reset_offsets(topic, partition)
     epoch = store.topic_epochs().get(topic, 0)
     if as_json:

@@ -4,7 +4,7 @@ Spark commands (``consolidator.cli.spark.commands``), and the help style both us
 Guarantee: a count or duration option is a finite number within its range, or a usage error
 (exit 2) whose one line names the option, the value as typed and the allowed range; an option
 that sets the same quantity as a setting has that setting's type and bounds (declared once, in
-:mod:`consolidator.settings`).
+:mod:`consolidator.settings`); a topic option is a Kafka topic name (:data:`consolidator.sources.msk.TOPIC`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable
 
 import typer
+
+from consolidator.rules.printable import echoed, printable
 
 # Usage errors and help in boxes only on a terminal: piped, they are plain unwrapped lines. Every
 # Typer app of the CLI (the lazily loaded Spark group too) uses this mode.
@@ -35,9 +37,9 @@ def bounded(low: float, high: float, unit: str = "", *, integer: bool = False) -
         try:
             number = int(text) if integer else float(text)
         except ValueError:
-            raise typer.BadParameter(f"{text!r:.40} is not {kind}: {allowed}") from None
+            raise typer.BadParameter(f"{echoed(text, 40)} is not {kind}: {allowed}") from None
         if not (math.isfinite(number) and low <= number <= high):
-            raise typer.BadParameter(f"{text:.40} is out of range: {allowed}")
+            raise typer.BadParameter(f"{printable(text[:40])} is out of range: {allowed}")
         return number
 
     return parse
@@ -61,3 +63,14 @@ def as_setting(name: str) -> Callable[[object], object]:
             raise typer.BadParameter(str(exc)) from None
 
     return parse
+
+
+def topic_name(value: object) -> str:
+    """The parser of a topic option: a Kafka topic name (1 to 249 letters, digits, ``.``, ``_``,
+    ``-``; not ``.`` or ``..``), or a usage error naming the value and the rule."""
+    from consolidator.sources.msk import TOPIC, TOPIC_RULE
+
+    text = str(value)
+    if not TOPIC.fullmatch(text):
+        raise typer.BadParameter(f"{echoed(text, 60)} is not a Kafka topic name: {TOPIC_RULE}")
+    return text

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from consolidator.rules.completion import Ack, AckFormatError
+from consolidator.rules.printable import echoed
 
 
 class AckClient:
@@ -31,7 +32,7 @@ class AckClient:
         """Acknowledge members of one received batch ``message`` (the decoded batch message: its
         ``batch_id`` and ``ack_token`` go into the ack) by item id and/or by index."""
         if "ack_token" not in message:
-            raise AckFormatError(f"batch {message.get('batch_id')!r} is not tracked: its message has no ack_token")
+            raise AckFormatError(f"batch {echoed(message.get('batch_id'))} is not tracked: its message has no ack_token")
         self.send([Ack(message["batch_id"], tuple(members), tuple(item_ids), message["ack_token"])])
 
     def send(self, acks: Sequence[Ack]) -> None:

@@ -117,9 +117,10 @@ def check_redis(url: str) -> None:
 # -- the run ----------------------------------------------------------------------------------
 
 
-def run_demo(config: DemoConfig | None = None, console: Console | None = None) -> DemoResult:
+def run_demo(config: DemoConfig | None, console: Console) -> DemoResult:
+    """Run the demo, printing on ``console`` (the CLI's: it prints every string as text,
+    consolidator.cli.render)."""
     config = config or DemoConfig()
-    console = console or Console()
     started = time.monotonic()
     root = repo_root(config)
     database_url = demo_database_url(config)
@@ -132,8 +133,9 @@ def run_demo(config: DemoConfig | None = None, console: Console | None = None) -
     if config.dead_letter_outage:
         dead_letter_dir.write_text("outage: a file where the dead-letter directory should be\n")
 
-    console.print(f"[bold]Consolidator demo[/]: {config.orders} orders, {config.warehouses} warehouses, "
-                  f"{config.poison} poison messages, {config.bursts} bursts")
+    console.print("Consolidator demo", style="bold", end="")
+    console.print(f": {config.orders} orders, {config.warehouses} warehouses, {config.poison} poison messages,"
+                  f" {config.bursts} bursts")
     check_redis(config.redis_url)
     monitor = MySQLStore.from_url(database_url)
     monitor.migrate(int(time.time() * 1000))
@@ -182,8 +184,8 @@ def run_demo(config: DemoConfig | None = None, console: Console | None = None) -
                 dead_letter_dir.mkdir()
 
         try:
-            with Progress(TextColumn("{task.description:<24}"), BarColumn(bar_width=16), MofNCompleteColumn(),
-                          TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console,
+            with Progress(TextColumn("{task.description:<24}", markup=False), BarColumn(bar_width=16), MofNCompleteColumn(),
+                          TextColumn("{task.fields[note]}", markup=False), TimeElapsedColumn(), console=console,
                           transient=False) as progress:
                 t_produce = progress.add_task("produced to 'orders'", total=total, note="")
                 t_ingest = progress.add_task("ingest handler", total=total, note="")
@@ -330,14 +332,15 @@ def print_summary(console: Console, s: dict) -> None:
         console.print(f"one of the {s['batches_out']} batches (every batch is in {s['batches_file']}, whole; the"
                       f" dead letter in {s['dead_letter_file']}):", highlight=False)
         for line in batch_preview(sample):
-            console.print(line, highlight=False, markup=False, soft_wrap=True)
+            console.print(line, soft_wrap=True)
     if s["passed"]:
-        console.print("[bold green]invariant check passed[/]: every valid event is in exactly one batch id "
+        console.print("invariant check passed", style="bold green", end="")
+        console.print(": every valid event is in exactly one batch id "
                       "(or coalesced into a newer one that is), every poison message is in the dead letter, "
                       f"no event under two batch ids, every batch out within {s['latency_bound_s']}s of its "
                       "first ingest")
     else:
-        console.print("[bold red]invariant check FAILED[/]")
+        console.print("invariant check FAILED", style="bold red")
         for problem in s["problems"]:
-            console.print(f"  - {problem}", highlight=False, markup=False)
+            console.print(f"  - {problem}")
         console.print(f"work files kept in {s['workdir']}", highlight=False)

@@ -254,6 +254,14 @@ def _build_shaped(group_key: str, members: Sequence[Member], reason: FlushReason
     return message
 
 
+def batch_aggregates(group_key: str, members: Sequence[Member], shape: Shape | None = None) -> dict[str, object]:
+    """What the message of a batch of ``members`` computes, by :func:`build_message` itself: the
+    version 2 ``aggregates``, or for the reference shape (``shape`` None) its ``items`` under the
+    default output's name (``{"items": [...]}``). For operators' views of a stored batch."""
+    message = build_message(group_key, members, FlushReason.IDLE, 0, shape=shape)
+    return message["aggregates"] if shape is not None else {"items": message["items"]}
+
+
 def encode(message: dict) -> bytes:
     """Canonical JSON bytes (sorted keys, no spaces, UTF-8): equal messages give equal bytes."""
     try:

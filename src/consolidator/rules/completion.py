@@ -32,6 +32,7 @@ from importlib import resources
 import orjson
 
 from consolidator.rules.batch import iso_ms
+from consolidator.rules.printable import echoed
 
 COMPLETION_SCHEMA_VERSION = 1
 ACK_VERSION = 1
@@ -56,17 +57,17 @@ class Ack:
     def __post_init__(self) -> None:
         if not (isinstance(self.batch_id, str) and len(self.batch_id) == 32
                 and all(c in "0123456789abcdef" for c in self.batch_id)):
-            raise AckFormatError(f"batch_id must be 32 lowercase hex characters, got {self.batch_id!r}")
+            raise AckFormatError(f"batch_id must be 32 lowercase hex characters, got {echoed(self.batch_id)}")
         if not self.members and not self.item_ids:
             raise AckFormatError("an ack names at least one member (members or item_ids)")
         if len(self.members) + len(self.item_ids) > MAX_MEMBERS_PER_ACK:
             raise AckFormatError(f"an ack names at most {MAX_MEMBERS_PER_ACK} members")
         for index in self.members:
             if type(index) is not int or index < 0:
-                raise AckFormatError(f"members are indexes >= 0, got {index!r}")
+                raise AckFormatError(f"members are indexes >= 0, got {echoed(index)}")
         for item in self.item_ids:
             if not isinstance(item, str) or not item:
-                raise AckFormatError(f"item_ids are non-empty strings, got {item!r}")
+                raise AckFormatError(f"item_ids are non-empty strings, got {echoed(item)}")
         if self.token is not None and not isinstance(self.token, str):
             raise AckFormatError(f"ack_token must be a string, got {type(self.token).__name__}")
 
@@ -93,10 +94,10 @@ def parse_ack(body: str | bytes) -> Ack:
     if not isinstance(data, dict):
         raise AckFormatError(f"ack must be a JSON object, got {type(data).__name__}")
     if data.get("ack_version", ACK_VERSION) != ACK_VERSION:
-        raise AckFormatError(f"unsupported ack_version {data.get('ack_version')!r}")
+        raise AckFormatError(f"unsupported ack_version {echoed(data.get('ack_version'))}")
     unknown = set(data) - {"ack_version", "batch_id", "ack_token", "members", "item_ids"}
     if unknown:
-        raise AckFormatError(f"unknown ack fields: {', '.join(sorted(unknown))}")
+        raise AckFormatError(f"unknown ack fields: {', '.join(map(echoed, sorted(unknown)[:10]))}")
     members, item_ids = data.get("members", []), data.get("item_ids", [])
     if not isinstance(members, list) or not isinstance(item_ids, list):
         raise AckFormatError("members and item_ids must be lists")

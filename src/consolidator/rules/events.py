@@ -24,6 +24,7 @@ import orjson
 
 from consolidator.rules.errors import ConsolidatorError
 from consolidator.rules.literals import exact_document
+from consolidator.rules.printable import echoed
 from consolidator.rules.shape import EventView, Shape, ValueFault, retain
 
 # Records, positions and events are NamedTuples: immutable, ordered like tuples, and several
@@ -180,7 +181,7 @@ def _items(value: object, names: FieldNames) -> tuple[tuple[str, int], ...]:
             raise PoisonEvent(PoisonReason.BAD_ITEMS, f"{names.items}[{index}].{names.sku} must be a non-empty string")
         if type(quantity) is not int or quantity < 0:
             raise PoisonEvent(PoisonReason.BAD_QUANTITY,
-                              f"{names.items}[{index}].{names.quantity} must be an integer >= 0, got {quantity!r}")
+                              f"{names.items}[{index}].{names.quantity} must be an integer >= 0, got {echoed(quantity)}")
         if quantity > MAX_QUANTITY:
             raise PoisonEvent(PoisonReason.BAD_QUANTITY,
                               f"{names.items}[{index}].{names.quantity} is over 2**63-1 (a signed 64-bit integer)")
@@ -199,7 +200,7 @@ def _within_int64(items: tuple[tuple[str, int], ...], names: FieldNames) -> tupl
         totals[sku] = totals.get(sku, 0) + quantity
         if totals[sku] > MAX_QUANTITY:
             raise PoisonEvent(PoisonReason.BAD_QUANTITY,
-                              f"{names.items}[{index}].{names.quantity}: the quantities of {names.sku} {sku!r}"
+                              f"{names.items}[{index}].{names.quantity}: the quantities of {names.sku} {echoed(sku)}"
                               " add up to more than 2**63-1 in this event")
     return items
 

@@ -12,6 +12,8 @@ from pathlib import Path as FilePath
 
 import orjson
 
+from consolidator.rules.printable import echoed
+
 #: count: members (whose value at ``path`` is present, when a path is given);
 #: sum/min/max: numbers; first/last: any value, by source position; distinct: the sorted set of
 #: strings and numbers; group_sum: a list of objects grouped by ``by``, the ``sum`` fields summed.
@@ -30,11 +32,11 @@ Path = tuple[str, ...]
 def parse_path(text: object) -> Path:
     """``a.b.c`` (or ``$.a.b.c``) as its segments; ValueError when it is not such a path."""
     if type(text) is not str:
-        raise ValueError(f"a path is a string like 'a.b', not {text!r}")
+        raise ValueError(f"a path is a string like 'a.b', not {echoed(text)}")
     body = text.removeprefix("$.")
     segments = tuple(body.split("."))
     if not body or any(not s for s in segments):
-        raise ValueError(f"path {text!r} has an empty segment")
+        raise ValueError(f"path {echoed(text)} has an empty segment")
     return segments
 
 
@@ -77,6 +79,18 @@ def default_outputs(items: str, sku: str, quantity: str) -> tuple[Output, ...]:
     return (Output("items", "group_sum", (items,), (sku,), ((quantity,),)),)
 
 
+def _required_path(entry: dict, key: str, example: str) -> Path:
+    """``entry[key]`` as a path; a ValueError that names the key and shows an example when it is
+    missing (rather than "not None")."""
+    if entry.get(key) is None:
+        raise ValueError(f"{key} is missing, e.g. {example}")
+    return parse_path(entry[key])
+
+
+_PATH_EXAMPLES = {"group_sum": '"path": "items" (the list of objects it groups)',
+                  "count": '"path": "amount" (count the members that have it)'}
+
+
 def _entry(index: int, entry: object, names: set[str]) -> tuple[Output | None, list[str]]:
     where = f"entry {index}"
     if not isinstance(entry, dict):
@@ -84,28 +98,34 @@ def _entry(index: int, entry: object, names: set[str]) -> tuple[Output | None, l
     faults = []
     name, op = entry.get("name"), entry.get("op")
     if isinstance(name, str):
-        where = f"entry {index} ({name!r})"
-    if not isinstance(name, str) or not _NAME.match(name):
+        where = f"entry {index} ({echoed(name, 40)})"
+    elif isinstance(op, str):
+        where = f"entry {index} (op {echoed(op, 40)})"
+    if name is None:
+        faults.append('name is missing: every output has one, e.g. "name": "total"')
+    elif not isinstance(name, str) or not _NAME.match(name):
         faults.append("name must match [A-Za-z_][A-Za-z0-9_]{0,63}")
     elif name in names:
         faults.append("name is used twice")
     else:
         names.add(name)
     if unknown := sorted(set(entry) - _ENTRY_KEYS):
-        faults.append(f"unknown keys {unknown}")
+        faults.append(f"unknown keys {echoed(unknown)}")
     if op not in OPERATIONS:
-        faults.append(f"op must be one of {', '.join(OPERATIONS)}, got {op!r}")
+        faults.append(f"op must be one of {', '.join(OPERATIONS)}, got {echoed(op)}")
     path = by = None
     sums: tuple[Path, ...] = ()
     if "path" in entry or op != "count":
         try:
-            path = parse_path(entry.get("path"))
+            path = _required_path(entry, "path", _PATH_EXAMPLES.get(op, '"path": "amount" (the value it reads)'))
         except ValueError as exc:
             faults.append(str(exc))
     if op == "group_sum":
         try:
-            by = parse_path(entry.get("by"))
+            by = _required_path(entry, "by", '"by": "sku" (the field of each object to group by)')
             listed = entry.get("sum")
+            if listed is None:
+                raise ValueError('sum is missing, e.g. "sum": ["quantity"] (the fields of each object to add up)')
             if not isinstance(listed, list) or not listed:
                 raise ValueError("sum must be a non-empty list of paths")
             sums = tuple(parse_path(p) for p in listed)

@@ -31,6 +31,7 @@ from consolidator.rules.batch import ack_token_matches
 from consolidator.rules.clock import Clock
 from consolidator.rules.completion import Ack, AckFormatError, completion_id, parse_ack
 from consolidator.rules.errors import StoreError, StoreRefused, StoreUnavailable
+from consolidator.rules.printable import echoed
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
 from consolidator.sinks import OutgoingBatch, Sink
 from consolidator.store.completion import AckResult, Tracker
@@ -112,8 +113,9 @@ class AckService:
         if refused:
             self.metrics.add_metric(name="AcksRefused", unit="Count", value=len(refused))
         for result in refused:
-            log.warning("ack refused", extra={"batch_id": result.batch_id,
-                                              "refused": [{"member": m, "reason": r} for m, r in result.refused]})
+            log.warning("ack refused", extra={"batch_id": result.batch_id, "refused_count": len(result.refused),
+                                              "refused": [{"member": echoed(m) if isinstance(m, str) else m,
+                                                           "reason": r} for m, r in result.refused[:10]]})
         failed = [r for r in results if r.error]
         if failed:
             self.metrics.add_metric(name="AcksFailed", unit="Count", value=len(failed))

@@ -8,6 +8,9 @@ Guarantees:
   letter, coalescing and replay protection are exactly the Lambda path's;
 - a malformed line is reported with its line number and the rest of the file is read; it is
   not dead-lettered (the file still holds it: fix the line and run the file again);
+- every line is counted: stored (coalesced ones included), replayed, poison, malformed, failed
+  or blank; ``replay_only`` says when every record was a replay of one already stored (the
+  same file again, or another file whose positions, topic and line numbers, were used before);
 - the file is fed in chunks of ``chunk`` records, each one ingest call (one transaction on the
   usual path). At the first chunk with a failed record (a dependency failure, e.g. the database
   went away) reading stops: what follows is not attempted, so a partition is never stored past
@@ -17,7 +20,7 @@ Guarantees:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +48,8 @@ class FileIngestReport:
     file: str
     format: str
     topic: str | None = None  # values: the topic the positions use
-    lines: int = 0  # non-blank lines read (records in an MSK event)
+    lines: int = 0  # lines read, blank ones included (records in an MSK event)
+    blank: int = 0  # blank lines: no record, counted so that the counts add up to ``lines``
     stored: int = 0
     coalesced: int = 0
     replayed: int = 0
@@ -55,11 +59,21 @@ class FileIngestReport:
     poison_lines: list[dict] = field(default_factory=list)  # {line, source, reason, detail}
     failed_lines: list[dict] = field(default_factory=list)  # {line, source}
     stopped_at_line: int | None = None  # reading stopped there after a failure
+    replay_only: bool = False  # every record was a replay of one already stored: nothing new
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
         return not self.failed and not self.malformed
+
+
+def _blanks_counted(lines: Iterable[bytes], report: FileIngestReport) -> Iterator[bytes]:
+    """``lines``, each blank one counted in ``report`` (``numbered`` leaves them out)."""
+    for line in lines:
+        if not line.strip():
+            report.lines += 1
+            report.blank += 1
+        yield line
 
 
 def _chunks(items: Iterator[tuple[int, KafkaRecord | Malformed]], size: int,
@@ -96,7 +110,7 @@ def ingest_file(path: Path, service: IngestService, *, file_format: FileFormat |
         rejected = parsed.rejected
     else:
         handle = path.open("rb")
-        lines = numbered(handle)
+        lines = numbered(_blanks_counted(handle, report))
         if file_format is FileFormat.VALUES:
             report.topic = topic or topic_for(path)
             items = read_values(lines, report.topic, service.clock.now_ms, timestamp_field)
@@ -133,6 +147,7 @@ def ingest_file(path: Path, service: IngestService, *, file_format: FileFormat |
     finally:
         if file_format is not FileFormat.MSK_EVENT:
             handle.close()
+    report.replay_only = report.replayed > 0 and report.replayed == report.lines - report.blank
     report.seconds = round(time.monotonic() - started, 3)
     return report
 

@@ -56,6 +56,7 @@ from consolidator.store.mysql import ClaimedBatch, MySQLStore
 from consolidator.support.collector import collector_paused
 
 log = logging.getLogger(__name__)
+UNBOUNDED_MS = 2**62  # the time left of a tick without a deadline
 
 @dataclass
 class _Pending:
@@ -115,7 +116,7 @@ class FlushService:
             try:
                 held = self.lock.acquire()
             except LockUnavailable as error:
-                log.warning("flush tick skipped: lock backend unreachable", extra={"error": str(error)})
+                log.warning("flush tick skipped: no flush lock", extra={"error": str(error)})
                 report.skipped = "lock_unavailable"
                 report.error = str(error)
             else:
@@ -126,7 +127,7 @@ class FlushService:
                 self.metrics.add_metric(name="TicksSkipped", unit="Count", value=1)
                 return report
         try:
-            self._work(report, remaining_ms)
+            self._work(report, self._within_lease(remaining_ms, report))
         finally:
             if self.lock is not None:
                 try:
@@ -135,6 +136,25 @@ class FlushService:
                 except LockUnavailable as error:
                     log.warning("flush lock not released; it expires by TTL", extra={"error": str(error)})
         return report
+
+    def _within_lease(self, remaining_ms: Callable[[], int] | None,
+                      report: TickReport) -> Callable[[], int] | None:
+        """``remaining_ms``, or 0 once the tick's lock is no longer held (its TTL ran out, another
+        flusher took it, Redis lost it): the tick then makes no further claim or re-publish. The
+        batches it claimed already are still delivered (correctness never depends on the lock)."""
+        if self.lock is None:
+            return remaining_ms
+
+        def remaining() -> int:
+            if not report.lock_lost and not self.lock.still_held():
+                report.lock_lost = True
+                self.metrics.add_metric(name="FlushLockLost", unit="Count", value=1)
+                log.warning("flush lock lost mid-tick; no further claim this tick")
+            if report.lock_lost:
+                return 0
+            return UNBOUNDED_MS if remaining_ms is None else remaining_ms()
+
+        return remaining
 
     def _time_left(self, remaining_ms: Callable[[], int] | None) -> bool:
         return remaining_ms is None or remaining_ms() > self.safety_margin_ms
@@ -148,9 +168,9 @@ class FlushService:
         tick = Tick(self.clock.now_ms(), remaining_ms, report, self.max_rows_per_tick, self.safety_margin_ms)
         tick.rows = self._republish(report, tick.now, remaining_ms)
         stats = self.store.pending_group_stats()
-        if stats:
-            oldest = min(s.oldest_first_seen_ms for s in stats)
-            self.metrics.add_metric(name="OldestPendingAge", unit="Milliseconds", value=max(0, tick.now - oldest))
+        oldest = min((s.oldest_first_seen_ms for s in stats), default=tick.now)
+        self.metrics.add_metric(name="PendingGroups", unit="Count", value=len(stats))
+        self.metrics.add_metric(name="OldestPendingAge", unit="Milliseconds", value=max(0, tick.now - oldest))
         limits = self._limits() if stats else {}
         self._epochs = self.store.topic_epochs() if stats else {}  # the batch ids' topic epochs, this tick
         tick.cutoff = expiry_cutoff_ms(tick.now, self.policy)

@@ -37,6 +37,7 @@ class TickReport:
     error: str | None = None  # why the lock backend was unreachable (skipped = "lock_unavailable")
     throttled: dict[str, int] = field(default_factory=dict)  # due groups refused: next allowed time
     expired: int = 0  # rows dead-lettered as expired and marked EXPIRED this tick
+    lock_lost: bool = False  # the lock was lost mid-tick: no claim after that
 
 
 def duplicate_batch_id(metrics: MetricsRecorder, error: DuplicateBatchId) -> None:

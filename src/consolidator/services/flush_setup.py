@@ -25,6 +25,18 @@ def batch_bytes_cap(configured: int | None, sink: Sink) -> int:
     return configured
 
 
+def check_batch_cap(configured: int | None, sink_url: str) -> None:
+    """Raise :class:`ConfigurationError` when ``configured`` is over the per-message limit of the
+    sink at ``sink_url`` (:func:`batch_bytes_cap`); the sink is built, used for nothing, closed."""
+    from consolidator.sinks import sink_from_url
+
+    sink = sink_from_url(sink_url)
+    try:
+        batch_bytes_cap(configured, sink)
+    finally:
+        sink.close()
+
+
 def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock: Clock | None = None) -> FlushService:
     """Wire the service from :class:`~consolidator.settings.FlushSettings`."""
     from consolidator.rules.clock import SystemClock
@@ -45,6 +57,7 @@ def build_flush_service(settings, metrics: MetricsRecorder | None = None, clock:
         max_rows_per_tick=settings.max_rows_per_tick,
         metrics=metrics or NoMetrics(),
         lock=RedisLock.from_url(settings.redis_url, ttl_ms=round(settings.lock_ttl_seconds * 1000),
+                                key=settings.lock_key,
                                 password=secret_string(arn) if (arn := settings.redis_auth_secret_arn) else None),
         completion_tracking=settings.completion_tracking,
     )

@@ -14,7 +14,9 @@ Guarantees:
   the database stores the previous one, one transaction); at the first poison record or
   statement error that transaction is rolled back and the exact path (decode all, dead-letter,
   store, isolate a failing record by halving) handles the invocation from the start, so the
-  response and the database end the same either way;
+  response and the database end the same either way. Each record is decoded once per
+  invocation either way (:class:`DecodeOnce`): the exact path reuses what the pipelined one
+  decoded, poison and registry failures included;
 - no input raises: a malformed envelope is dead-lettered like a poison value (see
   :mod:`consolidator.sources.msk`). What raises is a dependency failure Lambda must see as an error: a
   piece of the event without a readable position whose dead-letter write failed, or a
@@ -79,6 +81,28 @@ class PartitionCut:
         return position.offset < self._at.get((position.topic, position.partition), _NEVER)
 
 
+class DecodeOnce:
+    """Each record's decode outcome (its event, or the poison or registry failure it raised),
+    computed at its first use in one invocation and given again after: a value costly to decode
+    (a registry format) or refused (poison) is not decoded a second time by the exact path."""
+
+    def __init__(self, decode, count: int) -> None:
+        self._decode = decode
+        self._outcomes: list = [None] * count
+
+    def __call__(self, index: int, record: KafkaRecord) -> Event:
+        outcome = self._outcomes[index]
+        if outcome is None:
+            try:
+                outcome = self._outcomes[index] = self._decode(record)
+            except (PoisonEvent, RegistryUnavailable) as error:
+                self._outcomes[index] = error
+                raise
+        elif not isinstance(outcome, Event):
+            raise outcome.with_traceback(None)
+        return outcome
+
+
 @dataclass
 class IngestOutcome:
     failed: list[SourcePosition] = field(default_factory=list)
@@ -121,8 +145,13 @@ class IngestService:
         retried (nothing has been stored by then)."""
         outcome = IngestOutcome()
         cut = PartitionCut()
-        if rejected or not records or not self.pipeline_rows or not self._ingest_pipelined(records, outcome, cut):
-            self._ingest_exact(records, rejected, outcome, cut)
+        if self.values is not None:
+            self.values.begin_invocation()
+        names, limit, values = self.names, self.max_event_bytes, self.values
+        once = DecodeOnce(lambda record: decode_event(values, record, names, limit), len(records))
+        if (rejected or not records or not self.pipeline_rows
+                or not self._ingest_pipelined(records, once, outcome, cut)):
+            self._ingest_exact(records, rejected, once, outcome, cut)
         if cut:
             positions = [*(r.position for r in records), *(r.position for r in rejected if r.position is not None)]
             outcome.failed = list(dict.fromkeys(
@@ -137,18 +166,18 @@ class IngestService:
             self.metrics.add_metric(name=name, unit="Count", value=value)
         return outcome
 
-    def _ingest_pipelined(self, records: Sequence[KafkaRecord], outcome: IngestOutcome,
+    def _ingest_pipelined(self, records: Sequence[KafkaRecord], once: DecodeOnce, outcome: IngestOutcome,
                           cut: PartitionCut) -> bool:
         """The usual invocation, every record valid: one transaction in which the records are
         decoded chunk by chunk while the database stores the previous chunk. Returns False, with
         nothing written, at the first poison record or statement error: the exact path then
         handles the invocation from the start (dead letter, isolating a failing record), so the
         outcome is the exact path's."""
-        names, limit, size, values = self.names, self.max_event_bytes, self.pipeline_rows, self.values
+        size, total = self.pipeline_rows, len(records)
 
         def decoded():
-            for start in range(0, len(records), size):
-                yield [decode_event(values, r, names, limit) for r in records[start:start + size]]
+            for start in range(0, total, size):
+                yield [once(i, records[i]) for i in range(start, min(start + size, total))]
 
         try:
             counts = self.store.ingest_pipelined({(r.topic, r.partition) for r in records}, decoded(),
@@ -163,7 +192,7 @@ class IngestService:
         self._count(counts, outcome)
         return True
 
-    def _ingest_exact(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected],
+    def _ingest_exact(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected], once: DecodeOnce,
                       outcome: IngestOutcome, cut: PartitionCut) -> None:
         """Decode everything, dead-letter the poison, then store the rest (:meth:`_store`)."""
         now = self.clock.now_ms()
@@ -180,9 +209,9 @@ class IngestService:
         poison: list[_Poison] = [
             (r.position, rejected_entry(r, now), str(r.reason), r.detail) for r in rejected if r.position is not None
         ]
-        for record in records:
+        for index, record in enumerate(records):
             try:
-                events.append(self.decode(record))
+                events.append(once(index, record))
             except PoisonEvent as error:
                 poison.append((record.position, poison_entry(record, error, now), str(error.reason), error.detail))
             except RegistryUnavailable as error:
@@ -206,6 +235,8 @@ class IngestService:
         explicit per-position path; the marks already cover these positions). A record that is
         still poison is reported failed."""
         outcome = IngestOutcome()
+        if self.values is not None:
+            self.values.begin_invocation()
         events = []
         for record in records:
             try:

@@ -24,6 +24,7 @@ from consolidator.settings.base import (
     DAY_SECONDS,
     ENV_PREFIX,
     OTHER_VARIABLES,
+    KafkaTopic,
     Root,
     Seconds,
     SecondsOrOff,
@@ -31,8 +32,9 @@ from consolidator.settings.base import (
     field_range,
     known_variables,
 )
+from consolidator.settings.kafka import _KafkaBootstrap, _KafkaConsumer
+from consolidator.settings.loading import NAMES_ITS_FAULTS, load_settings, unknown_variables
 from consolidator.settings.loading import NO_DATABASE as _NO_DATABASE
-from consolidator.settings.loading import load_settings, unknown_variables
 from consolidator.settings.urls import (
     DEAD_LETTER_SCHEMES,
     SINK_SCHEMES,
@@ -41,6 +43,7 @@ from consolidator.settings.urls import (
     RedisUrl,
     SecretArn,
     SinkUrl,
+    check_database_server_url,
     check_database_url,
     check_dead_letter_url,
     check_redis_url,
@@ -48,6 +51,7 @@ from consolidator.settings.urls import (
     mask,
 )
 from consolidator.settings.value_format import _Format, check_glue_format
+from consolidator.settings.worker import _WorkerIngest, _WorkerProcess
 
 __all__ = [
     "DAY_SECONDS",
@@ -57,18 +61,24 @@ __all__ = [
     "SINK_SCHEMES",
     "WINDOWS_RULE",
     "AckSettings",
+    "BatchViewSettings",
     "CleanupSettings",
     "CompletionSettings",
     "ConfigurationError",
     "EmrSettings",
+    "FlushDryRunSettings",
     "FlushSettings",
     "IngestSettings",
     "LimitSettings",
     "PolicySettings",
     "ReplaySettings",
     "StreamSettings",
+    "WorkerFlushSettings",
+    "WorkerIngestSettings",
+    "WorkerSettings",
     "all_models",
     "allowed_range",
+    "check_database_server_url",
     "check_database_url",
     "check_dead_letter_url",
     "check_glue_format",
@@ -139,7 +149,7 @@ class _Fields(Root):
 
     # The event shape (issue 22, docs/events.md): both unset keep the version 1 message.
     aggregate: str | None = Field(
-        None, min_length=1,
+        None, min_length=1, json_schema_extra={NAMES_ITS_FAULTS: True},
         description="the batch's outputs: a JSON list of {name, op, path} (op count, sum, min, max, first, last,"
                     " distinct, group_sum with by and sum), inline or the path of a JSON file; unset: quantity"
                     " summed per sku",
@@ -259,6 +269,8 @@ class FlushSettings(_Policy, _Sink, _DeadLetter, _Fields, _Base):
     )
     max_attempts: int = Field(5, ge=1, le=100)
     lock_ttl_seconds: Seconds = Field(60, le=900, description="Redis lock TTL; set it to the flush timeout")
+    lock_key: str = Field("consolidator:flush-lock", min_length=1, max_length=200, pattern=r"^\S+$",
+                          description="Redis key of the flush lock; deployments that share a Redis need different keys")
     max_rows_per_tick: int = Field(20_000, gt=0, le=1_000_000)
 
     # Batch completion tracking (issue 12)
@@ -268,7 +280,18 @@ class FlushSettings(_Policy, _Sink, _DeadLetter, _Fields, _Base):
 
 
 class PolicySettings(_Policy, _Base):
-    """What ``flush --dry-run`` needs: the database and the flush policy, nothing else."""
+    """The database and the flush policy, nothing else."""
+
+
+class FlushDryRunSettings(FlushSettings):
+    """What ``flush --dry-run`` reads: every flush setting, each checked as ``flush --once``
+    checks it, so a dry run that passes means the flush starts; the destinations may be unset
+    (a dry run needs only the database)."""
+
+    sink_url: SinkUrl | None = Field(None, repr=False, description=FlushSettings.model_fields["sink_url"].description)
+    dead_letter_url: DeadLetterUrl | None = Field(
+        None, repr=False, description=FlushSettings.model_fields["dead_letter_url"].description)
+    redis_url: RedisUrl | None = Field(None, repr=False, description=FlushSettings.model_fields["redis_url"].description)
 
 
 class LimitSettings(_Policy, _Base):
@@ -298,6 +321,11 @@ class MigrateSettings(CleanupSettings):
     )
 
 
+class BatchViewSettings(_Fields, _Base):
+    """What ``consolidator batch show`` and ``batch list`` read: the database, and the event shape
+    (field names, ``AGGREGATE``, ``MEMBER_PAYLOAD``) a batch's aggregates are computed with."""
+
+
 class CompletionSettings(_Base):
     """What reading completion trackers needs (``consolidator batch list``)."""
 
@@ -317,19 +345,41 @@ class AckSettings(CompletionSettings):
     )
 
 
-class StreamSettings(_Policy, _Sink, _DeadLetter, _Format, _Fields):
-    """What ``consolidator spark stream`` needs (its options override these, same names and units)."""
+class StreamSettings(_Policy, _Sink, _DeadLetter, _Format, _Fields, _KafkaBootstrap):
+    """What ``consolidator spark stream`` needs (its options override these, same names and units).
+    Kafka (KAFKA_BOOTSTRAP, SOURCE_TOPIC) is the source unless the command reads files (``--input``)."""
 
-    # Kafka is the source unless the command reads files (``spark stream --input``)
-    kafka_bootstrap: str | None = Field(None, min_length=1, pattern=r"^\S+$",
-                                        description="Kafka bootstrap servers of the source")
-    source_topic: str | None = Field(None, min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$",
-                                     description="the topic the streaming job reads")
+    source_topic: KafkaTopic | None = Field(None, description="the topic the streaming job reads")
     completion_database_url: DatabaseUrl | None = Field(
         None, repr=False, description="seal Spark-built batches in this database (completion tracking)")
     completion_database_secret_arn: SecretArn | None = Field(
         None, description="the trackers' database secret (RDS format), read by each executor: no password "
                           "in the job's arguments; COMPLETION_DATABASE_URL then gives host, port, database, TLS")
+
+    @field_validator("completion_database_url")
+    @classmethod
+    def _trackers_over_tls(cls, value: str | None) -> str | None:
+        """The executors connect from the cluster's network: never in plaintext, as the
+        functions' connections (their secrets always turn TLS on); a loopback host (a local run)
+        is this machine."""
+        from consolidator.store.connection import ConnectionParams, plaintext_refusal
+
+        if value is not None and (refusal := plaintext_refusal(ConnectionParams.from_url(value))):
+            raise ValueError(refusal)
+        return value
+
+
+class WorkerIngestSettings(_WorkerIngest, _KafkaConsumer, IngestSettings):
+    """What ``consolidator worker --role ingest`` needs: the Kafka source and the ingest service's
+    settings (docs/worker.md)."""
+
+
+class WorkerFlushSettings(_WorkerProcess, FlushSettings):
+    """What ``consolidator worker --role flush`` needs: the flush service's settings."""
+
+
+class WorkerSettings(_WorkerIngest, _KafkaConsumer, _Format, FlushSettings):
+    """What ``consolidator worker`` (``--role all``) needs: both of the above."""
 
 
 class ReplaySettings(_Policy, _Format, _Fields):

@@ -1,6 +1,6 @@
 """What every settings model shares: the ``CONSOLIDATOR_`` prefix, the environment it is read
 from (``os.environ``, or a mapping given to :func:`consolidator.settings.load_settings`), and
-the number types that keep every duration finite and bounded."""
+the number types that keep every duration finite and bounded, and the Kafka topic name type."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
+
+from consolidator.sources.msk import TOPIC, TOPIC_RULE
 
 ENV_PREFIX = "CONSOLIDATOR_"
 DAY_SECONDS = 86_400
@@ -21,6 +23,29 @@ MIN_SECONDS = 0.001  # one millisecond: every duration is converted to whole mil
 Seconds = Annotated[float, Field(ge=MIN_SECONDS, allow_inf_nan=False)]
 # Durations where 0 means "off".
 SecondsOrOff = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+def _check_topic(value: str) -> str:
+    if not TOPIC.fullmatch(value):
+        raise ValueError(f"not a Kafka topic name: {TOPIC_RULE}")
+    return value
+
+
+# A Kafka topic name, by Kafka's rules (consolidator.sources.msk.TOPIC).
+KafkaTopic = Annotated[str, AfterValidator(_check_topic)]
+
+
+# The marker of a setting whose value is a secret as a whole (a password, a map that may hold one):
+# an error about it never quotes the value (consolidator.settings.loading), as repr=False keeps it
+# out of the model's repr. URL settings are not marked: their errors quote them with credentials
+# masked.
+SECRET = {"secret": True}
+
+
+def is_secret(info) -> bool:
+    """Whether the field (its ``FieldInfo``) holds a secret as a whole."""
+    extra = info.json_schema_extra
+    return isinstance(extra, dict) and extra.get("secret") is True
+
 
 # CONSOLIDATOR_* variables read by code other than the settings models. Each is named here so
 # that start-up does not take it for a misspelt setting (consolidator.settings.unknown_variables).

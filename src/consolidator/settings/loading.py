@@ -17,11 +17,21 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from consolidator.rules.errors import ConfigurationError
-from consolidator.settings.base import ENV_PREFIX, ENVIRON, Root, field_range, known_variables
+from consolidator.settings.base import (
+    ENV_PREFIX,
+    ENVIRON,
+    Root,
+    field_range,
+    is_secret,
+    known_variables,
+)
 from consolidator.settings.urls import mask
 
 S = TypeVar("S", bound=Root)
 NO_DATABASE = f"set {ENV_PREFIX}DATABASE_URL or {ENV_PREFIX}DATABASE_SECRET_ARN"
+# A field's json_schema_extra key: its errors name each bad part of the value themselves (an
+# aggregation spec's entries), so the value is not echoed after them.
+NAMES_ITS_FAULTS = "names_its_faults"
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
@@ -51,9 +61,15 @@ def problems_of(error: ValidationError, model: type[Root], environ: Mapping[str,
             either = f"{options[field]} or " if field in options else ""
             problems.append(f"{either}{ENV_PREFIX}{field.upper()} is required but not set")
         elif field:
-            bounds = field_range(model.model_fields[field]) if field in model.model_fields else "x"
+            info = model.model_fields.get(field)
+            bounds = field_range(info) if info is not None else "x"
             allowed = f", allowed {bounds}" if bounds != "x" else ""  # a number: name its range
-            problems.append(f"{_label(field, options, overrides)}: {message}{allowed} (got {mask(item.get('input'))})")
+            extra = info.json_schema_extra if info is not None and isinstance(info.json_schema_extra, dict) else {}
+            if info is not None and is_secret(info):
+                shown = " (value hidden: a secret)"
+            else:
+                shown = "" if extra.get(NAMES_ITS_FAULTS) else f" (got {mask(item.get('input'))})"
+            problems.append(f"{_label(field, options, overrides)}: {message}{allowed}{shown}")
         else:  # a rule over several settings names them by field: name them as the user gave them
             problems.append(re.sub(r"\b[a-z][a-z0-9_]*\b",
                                    lambda m: _label(m[0], options, overrides) if m[0] in model.model_fields else m[0],

@@ -20,6 +20,7 @@ from pydantic import (
 )
 from pydantic_core import MultiHostUrl
 
+from consolidator.rules.printable import echoed
 from consolidator.support.redact import masked
 
 SINK_SCHEMES = ("kafka", "sqs", "events", "file")
@@ -66,7 +67,17 @@ def _sqs_url(url: str) -> str:
 
 
 def check_database_url(url: str) -> str:
-    """``mysql://user:password@host:port/database?ssl=true&ssl_ca=/path/ca.pem``"""
+    """``mysql://user:password@host:port/database?ssl=true&ssl_ca=/path/ca.pem``: the database
+    is named (a URL without one is refused, never read as a default database)."""
+    check_database_server_url(url)
+    if not urlsplit(url).path.strip("/"):
+        raise ValueError("the URL names no database: add it as the path, e.g. mysql://user@host:3306/consolidator")
+    return url
+
+
+def check_database_server_url(url: str) -> str:
+    """A database server's ``mysql://`` URL (``consolidator demo --database-url``): as
+    :func:`check_database_url`, the database name optional."""
     _scheme(url, ("mysql",))
     _parse("mysql", url)
     from consolidator.store.connection import ConnectionParams
@@ -78,7 +89,7 @@ def check_database_url(url: str) -> str:
     if not params.database.replace("_", "").replace("-", "").replace("$", "").isalnum():
         raise ValueError("database name must be letters, digits, '_', '-' or '$'")
     if params.ssl_ca is not None and not Path(params.ssl_ca).is_file():
-        raise ValueError(f"ssl_ca {params.ssl_ca!r} is not a readable file")
+        raise ValueError(f"ssl_ca {echoed(params.ssl_ca)} is not a readable file")
     return url
 
 
@@ -88,7 +99,7 @@ def check_redis_url(url: str) -> str:
     _parse("redis", url)
     db = urlsplit(url).path.strip("/")
     if db and not (db.isdigit() and int(db) < 2**31):
-        raise ValueError(f"the path must be a database number, got {db!r:.40}")
+        raise ValueError(f"the path must be a database number, got {echoed(db, 40)}")
     from redis.connection import ConnectionPool, parse_url
 
     try:
@@ -117,7 +128,7 @@ def _options(url: str, scheme: str, allowed: tuple[str, ...]) -> dict[str, str]:
     for name, _ in pairs:
         if name not in allowed:
             known = f"it takes {', '.join(allowed)}" if allowed else "it takes none"
-            raise ValueError(f"unknown {scheme}:// URL option {name!r:.40} ({known})")
+            raise ValueError(f"unknown {scheme}:// URL option {echoed(name, 40)} ({known})")
     names = [name for name, _ in pairs]
     if len(set(names)) != len(names):
         raise ValueError(f"{scheme}:// URL option given twice: {sorted({n for n in names if names.count(n) > 1})}")
@@ -127,15 +138,15 @@ def _options(url: str, scheme: str, allowed: tuple[str, ...]) -> dict[str, str]:
 def _kafka_options(url: str) -> None:
     options = _options(url, "kafka", SINK_OPTIONS["kafka"])
     if options.get("auth") not in (None, "iam"):
-        raise ValueError(f"kafka:// auth must be 'iam' when given, got {options['auth']!r:.40}")
+        raise ValueError(f"kafka:// auth must be 'iam' when given, got {echoed(options['auth'], 40)}")
     if "region" in options:
         if options.get("auth") != "iam":
             raise ValueError("kafka:// region is used only with auth=iam (the IAM signing region)")
         if not _REGION.fullmatch(options["region"]):
-            raise ValueError(f"kafka:// region must be an AWS region such as eu-west-1, got {options['region']!r:.40}")
+            raise ValueError(f"kafka:// region must be an AWS region such as eu-west-1, got {echoed(options['region'], 40)}")
     limit = options.get("max_message_bytes")
     if limit is not None and not (limit.isdigit() and 1 <= int(limit) <= MAX_SINK_MESSAGE_BYTES):
-        raise ValueError(f"kafka:// max_message_bytes={limit!r:.40} is out of range: allowed a whole number"
+        raise ValueError(f"kafka:// max_message_bytes={echoed(limit, 40)} is out of range: allowed a whole number"
                          f" of bytes from 1 to {MAX_SINK_MESSAGE_BYTES:,}")
 
 
@@ -193,6 +204,5 @@ SecretArn = Annotated[str, AfterValidator(_check_arn)]
 
 def mask(value: object) -> str:
     """``value`` for an error message: URL credentials and secret query parameters masked
-    (:func:`consolidator.support.redact.masked`), at most 120 characters."""
-    text = masked(value if isinstance(value, str) else repr(value))
-    return repr(text if len(text) <= 120 else text[:117] + "...")
+    (:func:`consolidator.support.redact.masked`), quoted and bounded (:func:`consolidator.rules.printable.echoed`)."""
+    return echoed(masked(value if isinstance(value, str) else repr(value)), 120)

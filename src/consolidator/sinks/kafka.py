@@ -33,7 +33,11 @@ MAX_MESSAGE_BYTES = 1_000_000  # under the broker's default message.max.bytes (1
 KEY_AND_HEADER_BYTES = 4 * 191 + len("batch_id") + 32  # the longest group key (UTF-8) and the batch id header
 
 
-def _iam_oauth_cb(region: str | None):
+def msk_iam_oauth_cb(region: str | None):
+    """librdkafka's ``oauth_cb`` for MSK IAM: a token signed with the process's AWS credentials
+    (the default chain), refreshed by the client before it expires. Shared by the sink's producer
+    and the worker's consumer."""
+
     def callback(_config: str) -> tuple[str, float]:
         from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
 
@@ -80,7 +84,7 @@ class KafkaSink:
             config |= {
                 "security.protocol": "SASL_SSL",
                 "sasl.mechanisms": "OAUTHBEARER",
-                "oauth_cb": _iam_oauth_cb(iam_region),
+                "oauth_cb": msk_iam_oauth_cb(iam_region),
             }
         config |= extra_config or {}
         self._producer = Producer(config)

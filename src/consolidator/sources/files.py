@@ -9,17 +9,19 @@ the caller names one:
   partition 0, **offset = line number** (1-based; blank lines keep their number). The record
   timestamp is the time the line is read, or the value's ``timestamp_field`` (epoch
   milliseconds or ISO-8601). The value is the line's bytes, untouched: a line that is not JSON
-  is a poison value (``not_json``) like any other, for the ingest service to dead-letter;
+  or not a JSON object is a poison value (``not_json``, ``not_object``) like any other, for the
+  ingest service to dead-letter, with ``timestamp_field`` or without;
 - ``envelope``: JSON lines of Kafka records, ``topic``, ``partition``, ``offset``,
   ``timestamp`` (epoch ms), ``key`` and ``value`` (text; a JSON object or array is taken as its
   compact JSON), or ``key_b64`` / ``value_b64`` for any bytes: the ``spark replay`` input;
 - ``msk-event``: one MSK event document (the ``events/`` samples), read by
   :func:`consolidator.sources.msk.parse_event`.
 
-Guarantees: reading never raises for bad content. A line whose envelope cannot become a record
-(not JSON, not an object, a missing or malformed field, or a ``timestamp_field`` that is
-missing) is a :class:`Malformed` item carrying its line number; the lines after it are read
-as usual. Nothing here decodes an event value: that is the ingest service's job.
+Guarantees: reading never raises for bad content (JSON nested too deeply to read included). A
+line whose envelope cannot become a record (not JSON, not an object, a missing or malformed
+field), or a JSON object whose ``timestamp_field`` is missing or unreadable, is a
+:class:`Malformed` item carrying its line number; the lines after it are read as usual. Nothing
+here decodes an event value: that is the ingest service's job.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from consolidator.rules.events import KafkaRecord
+from consolidator.rules.printable import echoed
 from consolidator.sources.msk import (
     MAX_OFFSET,
     MAX_PARTITION,
@@ -77,7 +80,7 @@ def detect(path: Path) -> FileFormat:
     with path.open("rb") as handle:
         first = next((line for line in handle if line.strip()), b"")
     try:
-        document = json.loads(first)
+        document = parse_json(first)
     except ValueError:
         document = None
     if isinstance(document, dict):
@@ -88,12 +91,21 @@ def detect(path: Path) -> FileFormat:
         return FileFormat.VALUES
     if first.strip() in (b"{", b"{\n") or first.lstrip().startswith(b'{"eventSource"'):
         try:
-            whole = json.loads(path.read_bytes())
+            whole = parse_json(path.read_bytes())
         except ValueError:
             return FileFormat.VALUES
         if isinstance(whole, dict) and "eventSource" in whole:
             return FileFormat.MSK_EVENT
     return FileFormat.VALUES
+
+
+def parse_json(text: bytes | str) -> object:
+    """``text`` as JSON; ``ValueError`` (never ``RecursionError``) when it is not JSON or is nested
+    too deeply to read."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
 
 
 def numbered(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
@@ -116,9 +128,9 @@ def timestamp_of(document: object, field: str) -> int:
         try:
             moment = datetime.fromisoformat(raw)
         except ValueError:
-            raise ValueError(f"{field!r} is {raw!r:.60}, not epoch milliseconds or ISO-8601") from None
+            raise ValueError(f"{field!r} is {echoed(raw)}, not epoch milliseconds or ISO-8601") from None
         if moment.tzinfo is None:
-            raise ValueError(f"{field!r} is {raw!r:.60}: an ISO-8601 time needs a zone (Z or +hh:mm)")
+            raise ValueError(f"{field!r} is {echoed(raw)}: an ISO-8601 time needs a zone (Z or +hh:mm)")
         stamp = round(moment.timestamp() * 1000)
     else:
         raise ValueError(f"{field!r} is missing or not epoch milliseconds / ISO-8601 (got {type(raw).__name__})")
@@ -129,17 +141,23 @@ def timestamp_of(document: object, field: str) -> int:
 
 def read_values(lines: Iterable[tuple[int, bytes]], topic: str, now_ms: Callable[[], int],
                 timestamp_field: str | None = None) -> Iterator[tuple[int, KafkaRecord | Malformed]]:
-    """Each line a value at (``topic``, 0, line number); see the module docstring."""
+    """Each line a value at (``topic``, 0, line number); see the module docstring. With
+    ``timestamp_field``, a value that is not a JSON object is stamped when read, like any value
+    without the flag: it is poison for the ingest service either way."""
     for number, line in lines:
-        if timestamp_field is None:
-            stamp = now_ms()
-        else:
+        stamp = None
+        if timestamp_field is not None:
             try:
-                stamp = timestamp_of(json.loads(line), timestamp_field)
-            except ValueError as exc:  # JSONDecodeError included: the line is no JSON at all
-                yield number, Malformed(number, f"--timestamp-field: {exc}")
-                continue
-        yield number, KafkaRecord(topic, 0, number, stamp, None, line)
+                document = parse_json(line)
+            except ValueError:
+                document = None  # not JSON: poison (not_json), whatever its timestamp
+            if isinstance(document, dict):
+                try:
+                    stamp = timestamp_of(document, timestamp_field)
+                except ValueError as exc:
+                    yield number, Malformed(number, f"--timestamp-field: {exc}")
+                    continue
+        yield number, KafkaRecord(topic, 0, number, now_ms() if stamp is None else stamp, None, line)
 
 
 def _bytes(document: dict, name: str) -> bytes | None:
@@ -178,7 +196,7 @@ def envelope_record(document: object) -> KafkaRecord:
     parts: dict[str, object] = {}
     topic = document.get("topic")
     if type(topic) is not str or not TOPIC.fullmatch(topic):
-        problems.append(f"topic must be a Kafka topic name, got {topic!r:.60}")
+        problems.append(f"topic must be a Kafka topic name, got {echoed(topic)}")
     for name, read in (("partition", lambda: _int(document, "partition", MAX_PARTITION)),
                        ("offset", lambda: _int(document, "offset", MAX_OFFSET)),
                        ("timestamp", lambda: _int(document, "timestamp", MAX_TIMESTAMP_MS)),
@@ -197,7 +215,7 @@ def read_envelopes(lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, Ka
     """Each line a Kafka record in the ``spark replay`` input shape (module docstring)."""
     for number, line in lines:
         try:
-            yield number, envelope_record(json.loads(line))
+            yield number, envelope_record(parse_json(line))
         except ValueError as exc:  # JSONDecodeError included
             detail = f"not JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc)
             yield number, Malformed(number, detail)
@@ -206,7 +224,7 @@ def read_envelopes(lines: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, Ka
 def read_msk_event(path: Path) -> ParsedEvent:
     """The records of one MSK event document, and the pieces of it that are not records."""
     try:
-        document = json.loads(path.read_bytes())
+        document = parse_json(path.read_bytes())
     except ValueError as exc:
         raise BadFile(f"{path} is not one JSON document (an MSK event): {exc}") from None
     return parse_event(document)

@@ -23,9 +23,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from consolidator.rules.events import KafkaRecord, PoisonReason, Rejected, SourcePosition
+from consolidator.rules.printable import echoed
 
 KAFKA_EVENT_SOURCES = ("aws:kafka", "SelfManagedKafka")
-TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")  # Kafka's legal topic names
+TOPIC = re.compile(r"(?!\.{1,2}\Z)[A-Za-z0-9._-]{1,249}")  # Kafka's legal topic names (fullmatch)
+TOPIC_RULE = "1 to 249 letters, digits, '.', '_' or '-', and not '.' or '..'"
 MAX_PARTITION = 2**31 - 1  # Kafka partitions are int32
 MAX_OFFSET = 2**63 - 1  # Kafka offsets are int64
 MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last monthly bucket
@@ -73,7 +75,7 @@ def _headers(value: object) -> tuple[tuple[str, bytes], ...]:
             raise _Bad(f"headers[{index}] must be an object, got {type(header).__name__}")
         for name, raw in header.items():
             if type(raw) is not list or any(type(b) is not int or not -128 <= b <= 255 for b in raw):
-                raise _Bad(f"headers[{index}][{name!r}] must be a list of bytes")
+                raise _Bad(f"headers[{index}][{echoed(name)}] must be a list of bytes")
             headers.append((name, bytes(b & 0xFF for b in raw)))
     return tuple(headers)
 
@@ -81,7 +83,7 @@ def _headers(value: object) -> tuple[tuple[str, bytes], ...]:
 def _position(r: dict) -> SourcePosition:
     topic = r.get("topic")
     if type(topic) is not str or not TOPIC.fullmatch(topic):
-        raise _Bad(f"topic must be a Kafka topic name, got {topic!r:.80}")
+        raise _Bad(f"topic must be a Kafka topic name, got {echoed(topic)}")
     return SourcePosition(topic, _int(r.get("partition"), "partition", 0, MAX_PARTITION),
                           _int(r.get("offset"), "offset", 0, MAX_OFFSET))
 
@@ -164,7 +166,7 @@ def parse_event(event: object, *, exact: bool = False) -> ParsedEvent:
     if type(event) is not dict or event.get("eventSource") not in KAFKA_EVENT_SOURCES:
         source = event.get("eventSource") if type(event) is dict else None
         parsed.rejected.append(Rejected(PoisonReason.BAD_EVENT, f"not a Kafka event (eventSource "
-                                        f"{source!r:.80})", event))
+                                        f"{echoed(source)})", event))
         return parsed
     records = event.get("records")
     if records is None:
@@ -176,7 +178,7 @@ def parse_event(event: object, *, exact: bool = False) -> ParsedEvent:
     topics: set[str] = set()
     for partition_key, batch in records.items():
         if type(batch) is not list:
-            parsed.rejected.append(Rejected(PoisonReason.BAD_EVENT, f"records[{partition_key!r:.80}] must be "
+            parsed.rejected.append(Rejected(PoisonReason.BAD_EVENT, f"records[{echoed(partition_key)}] must be "
                                             f"a list, got {type(batch).__name__}", batch,
                                             partition_key=str(partition_key)))
             continue

@@ -83,7 +83,7 @@ def _seal(database_url: str | None, secret_arn: str | None, batches: list, epoch
     from consolidator.store.completion import SealedBatch
 
     try:
-        store = _open("trackers", (database_url, secret_arn), lambda target: open_store(*target))
+        store = _open("trackers", (database_url, secret_arn), lambda target: open_store(*target, tls_required=True))
         store.seal([SealedBatch.of_message(json.loads(b.body)) for b in batches], SystemClock().now_ms())
     except (StoreError, StoreUnavailable, StoreRefused) as error:
         raise DeliveryError(f"micro-batch {epoch_id}: batches not sealed for completion tracking: {error}") from error

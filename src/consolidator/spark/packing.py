@@ -125,7 +125,7 @@ def _decode_rest(shard, columns: dict, names: FieldNames, max_event_bytes: int, 
     shard = shard.fill_null(0).to_numpy().astype(np.int64)
     decoded = {name: columns[name].to_pylist() for name in ("group_key", "item_id", "items")}
     decoded |= {"poison_reason": [None] * len(shard), "poison_detail": [None] * len(shard)}
-    raw, keys = columns["value"].to_pylist(), columns["key"].to_pylist()
+    raw, keys, topics = columns["value"].to_pylist(), columns["key"].to_pylist(), columns["topic"].to_pylist()
     if names.shape is not None and values is None:  # a generic shape: the common case in one pass
         from consolidator.spark.decode_shape import decode_shaped
 
@@ -137,7 +137,7 @@ def _decode_rest(shard, columns: dict, names: FieldNames, max_event_bytes: int, 
                 raw[i] = keys[i] = None
         todo = todo[done[3]]
     for i in todo:
-        result = decode_value(raw[i] or b"", names, max_event_bytes, values)
+        result = decode_value(raw[i] or b"", names, max_event_bytes, values, topics[i] or "")
         for name in decoded:
             decoded[name][i] = result.get(name)
         poison = result["group_key"] == POISON_GROUP

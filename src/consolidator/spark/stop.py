@@ -67,12 +67,13 @@ def _offsets(end: object) -> str:
     return json.dumps(end, sort_keys=True)
 
 
-def stop_line(query, signal_name: str) -> str:
-    """One line: why the stream stopped, its last micro-batch and the offsets it stopped at."""
+def stop_line(query, signal_name: str, source: str) -> str:
+    """One line: why the stream stopped, its last micro-batch and the offsets it stopped at, named
+    by ``source`` (``topic orders``, ``files in DIR``: Spark's own description of a Python data
+    source is a JVM object's name, ``...PythonMicroBatchStream...@721e42bc``)."""
     progress = query.lastProgress
     if not progress:
         return f"stream stopped ({signal_name}) before its first micro-batch: nothing read"
-    offsets = "; ".join(f"{source.get('description', 'source')}: {_offsets(source.get('endOffset'))}"
-                        for source in progress.get("sources", []))
+    offsets = "; ".join(f"{source}: {_offsets(read.get('endOffset'))}" for read in progress.get("sources", []))
     return (f"stream stopped ({signal_name}) after micro-batch {progress.get('batchId')}, offsets {offsets}"
             " (committed to the checkpoint: the next run resumes after them)")

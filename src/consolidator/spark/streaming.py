@@ -197,7 +197,7 @@ def start(spark, config: StreamConfig, writer=None):
     if config.tracked:
         from consolidator.store import open_store
 
-        store = open_store(config.tracking_database_url, config.tracking_database_secret_arn)
+        store = open_store(config.tracking_database_url, config.tracking_database_secret_arn, tls_required=True)
         try:
             ack_key = store.ack_key()  # read on the driver, once; travels to the executors with the plan
         finally:

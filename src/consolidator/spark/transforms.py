@@ -257,15 +257,16 @@ _FALLBACK_TYPE = "group_key string, item_id string, items string, poison_reason 
 
 
 def decode_value(value: bytes, names: FieldNames, max_event_bytes: int,
-                 values: ValueFormat | None = None) -> dict[str, str]:
-    """``events.decode`` of one value (in ``values``' format, None: JSON) as the decoded columns:
+                 values: ValueFormat | None = None, topic: str = "") -> dict[str, str]:
+    """``events.decode`` of one value of ``topic`` (in ``values``' format, None: JSON; the topic
+    names the schema subjects a registry format allows by default) as the decoded columns:
     ``group_key``, ``item_id`` and ``items`` (JSON), or, for poison, :data:`POISON_GROUP` with
     ``poison_reason`` and ``poison_detail``. A registry that cannot answer raises
     :class:`~consolidator.sources.formats.RegistryUnavailable`: the task fails and Spark retries it (a
     dependency failure is never a dead letter)."""
     decoder = None if values is None else values.shared_decoder()
     try:
-        event = decode_event(decoder, KafkaRecord("", 0, 0, 0, None, value), names, max_event_bytes)
+        event = decode_event(decoder, KafkaRecord(topic, 0, 0, 0, None, value), names, max_event_bytes)
     except PoisonEvent as poison:
         return {"group_key": POISON_GROUP, "poison_reason": str(poison.reason), "poison_detail": poison.detail}
     items = (stored_text(event.items) if isinstance(event.items, EventView)
@@ -274,15 +275,16 @@ def decode_value(value: bytes, names: FieldNames, max_event_bytes: int,
 
 
 def _fallback(names: FieldNames, max_event_bytes: int, values: ValueFormat | None = None):
-    """Arrow UDF: ``events.decode`` on the non-null values (the records the fast path left);
-    nulls elsewhere. Poison gets :data:`POISON_GROUP` and its reason and detail."""
+    """Arrow UDF of (value, topic): ``events.decode`` on the non-null values (the records the
+    fast path left); nulls elsewhere. Poison gets :data:`POISON_GROUP` and its reason and
+    detail."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     out_type = pa.struct([("group_key", pa.string()), ("item_id", pa.string()), ("items", pa.string()),
                           ("poison_reason", pa.string()), ("poison_detail", pa.string())])
 
-    def fallback(value: pa.Array) -> pa.Array:
+    def fallback(value: pa.Array, topic: pa.Array) -> pa.Array:
         count = len(value)
         todo = pc.indices_nonzero(pc.is_valid(value)).to_pylist()
         if not todo:
@@ -294,10 +296,11 @@ def _fallback(names: FieldNames, max_event_bytes: int, values: ValueFormat | Non
                 return decoded
             rows = decoded.to_pylist()
         for index in todo:
-            rows[index] = decode_value(value[index].as_py(), names, max_event_bytes, values)
+            rows[index] = decode_value(value[index].as_py(), names, max_event_bytes, values,
+                                       topic[index].as_py() or "")
         return pa.array(rows, out_type)
 
-    fallback.__annotations__ = {"value": pa.Array, "return": pa.Array}  # resolved here, not as strings
+    fallback.__annotations__ = {"value": pa.Array, "topic": pa.Array, "return": pa.Array}  # resolved here
     if hasattr(F, "arrow_udf"):  # Spark >= 4.1
         return F.arrow_udf(fallback, _FALLBACK_TYPE)
     return _as_pandas_udf(fallback, out_type)
@@ -329,12 +332,12 @@ def _as_pandas_udf(fallback, out_type):
     import pandas as pd
     import pyarrow as pa
 
-    def fallback_pandas(value: pd.Series) -> pd.DataFrame:
-        result = fallback(pa.Array.from_pandas(value, type=pa.binary()))
+    def fallback_pandas(value: pd.Series, topic: pd.Series) -> pd.DataFrame:
+        result = fallback(pa.Array.from_pandas(value, type=pa.binary()), pa.Array.from_pandas(topic, type=pa.string()))
         return pd.DataFrame({field.name: column.to_pandas()
                              for field, column in zip(out_type, result.flatten(), strict=True)})
 
-    fallback_pandas.__annotations__ = {"value": pd.Series, "return": pd.DataFrame}
+    fallback_pandas.__annotations__ = {"value": pd.Series, "topic": pd.Series, "return": pd.DataFrame}
     return F.pandas_udf(fallback_pandas, _FALLBACK_TYPE)
 
 
@@ -360,7 +363,9 @@ def decode(df: DataFrame, names: FieldNames, max_event_bytes: int, fast_path: bo
         F.lit(False).alias("ok"), F.lit(None).cast("string").alias("group_key"))
     staged = df.select(*fields, fast.alias("_fast"), claim.alias("_claim"))
     ok, later = F.col("_fast.ok"), F.col("_claim.ok")
-    slow = _fallback(names, max_event_bytes, values)(F.when(~ok & ~later, F.coalesce(F.col("value"), F.lit(b""))))
+    slow_rows = ~ok & ~later
+    topic = F.lit(None).cast("string") if values is None else F.when(slow_rows, F.col("topic"))  # a registry's subjects
+    slow = _fallback(names, max_event_bytes, values)(F.when(slow_rows, F.coalesce(F.col("value"), F.lit(b""))), topic)
     staged = staged.select(*fields, "_fast", "_claim", slow.alias("_slow"))
     poison = ~ok & ~later & (F.col("_slow.group_key") == POISON_GROUP)
     return staged.select(

@@ -6,6 +6,7 @@ import json
 from urllib.parse import urlsplit
 
 from consolidator.rules.errors import StoreRefused, StoreUnavailable
+from consolidator.store.connection import plaintext_refusal
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 from consolidator.store.schema import SCHEMA_VERSION
 
@@ -37,7 +38,7 @@ def read_database_secret(database_secret_arn: str) -> ConnectionParams:
 
 
 def open_store(database_url: str | None, database_secret_arn: str | None = None, *,
-               migrating: bool = False) -> MySQLStore:
+               migrating: bool = False, tls_required: bool = False) -> MySQLStore:
     """A store for the configured database. It requires the current schema
     (:data:`~consolidator.store.schema.SCHEMA_VERSION`): every new connection checks it first and
     raises :class:`~consolidator.rules.errors.SchemaOutdated` on an older one, unless ``migrating``
@@ -47,16 +48,21 @@ def open_store(database_url: str | None, database_secret_arn: str | None = None,
     - a secret ARN: everything from the secret, TLS verified against the RDS CA bundle;
     - both, the URL without a user name: host, port, database and TLS options from the URL,
       user and password from the secret (e.g. a local or proxied endpoint).
-    The secret is re-read when the database rejects its credentials (see ``Connection._open``)."""
+    The secret is re-read when the database rejects its credentials (see ``Connection._open``).
+    ``tls_required``: a URL that would connect in plaintext to another machine is refused
+    (:class:`StoreRefused`, :func:`~consolidator.store.connection.plaintext_refusal`) before any
+    secret is read."""
     required = None if migrating else SCHEMA_VERSION
-    if database_url and (not database_secret_arn or urlsplit(database_url).username):
-        return MySQLStore(ConnectionParams.from_url(database_url), required_schema=required)
+    location = ConnectionParams.from_url(database_url) if database_url else None
+    if tls_required and location is not None and (refusal := plaintext_refusal(location)):
+        raise StoreRefused(f"database refused: {refusal}")
+    if location is not None and (not database_secret_arn or urlsplit(database_url).username):
+        return MySQLStore(location, required_schema=required)
     if not database_secret_arn:
         raise ValueError("a database URL or secret ARN is required")
     read = _secret_reader(database_secret_arn)
-    if not database_url:
+    if location is None:
         return MySQLStore(read(), credentials=read, required_schema=required)
-    location = ConnectionParams.from_url(database_url)
 
     def credentials() -> ConnectionParams:
         secret = read()

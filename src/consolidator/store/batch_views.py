@@ -43,7 +43,7 @@ class BatchView:
     kind: str  # batch | expiry
     reason: str
     member_count: int
-    attempts: int
+    failed_publishes: int  # the ``attempts`` column: publishes that failed
     claimed_at_ms: int
     last_attempt_ms: int | None
     finished_at_ms: int | None
@@ -51,6 +51,12 @@ class BatchView:
     held_back_ms: int
     tracked: bool  # sealed for completion tracking
     members: tuple[BatchMember, ...] = ()
+
+    @property
+    def attempts(self) -> int:
+        """Publishes tried: the failed ones, and the one that succeeded for a SENT batch (a batch
+        published at its first attempt has 1, as ``flush`` printed ``attempt=1``)."""
+        return self.failed_publishes + (self.state == "SENT" and self.kind == "batch")
 
 
 def _view(row: dict, tracked: bool, members: Sequence[BatchMember] = ()) -> BatchView:
@@ -69,6 +75,13 @@ def _member(row: dict) -> BatchMember:
     return BatchMember(*common, items=kept)
 
 
+def _members(cur, batch_id: str, member_keys) -> list[BatchMember]:
+    condition, args = member_condition(batch_id, member_keys)
+    cur.execute("SELECT src_topic, src_partition, src_offset, item_id, items, merged_events, first_seen_ms,"
+                f" last_update_ms FROM buffer_rows WHERE {condition} ORDER BY first_seen_ms, pos_key", args)
+    return [_member(r) for r in cur.fetchall()]
+
+
 class BatchViews(Connection):
     """Operator reads of the ``batches`` table (mixed into the store next to :class:`BatchStore`)."""
 
@@ -81,16 +94,13 @@ class BatchViews(Connection):
                 return None
             cur.execute("SELECT COUNT(*) AS n FROM completion_trackers WHERE batch_id = %s", (batch_id,))
             tracked = bool(cur.fetchone()["n"])
-            condition, args = member_condition(batch_id, row["member_keys"])
-            cur.execute("SELECT src_topic, src_partition, src_offset, item_id, items, merged_events, first_seen_ms,"
-                        f" last_update_ms FROM buffer_rows WHERE {condition} ORDER BY first_seen_ms, pos_key", args)
-            members = [_member(r) for r in cur.fetchall()]
+            members = _members(cur, batch_id, row["member_keys"])
         return _view(row, tracked, members)
 
     def batch_views(self, *, state: str | None = None, group_key: str | None = None, since_ms: int | None = None,
-                    limit: int = 100) -> list[BatchView]:
+                    limit: int = 100, members: bool = False) -> list[BatchView]:
         """Batches newest first, filtered by state, group and claim time (at or after ``since_ms``),
-        at most ``limit``; without their members."""
+        at most ``limit``; with their members when ``members`` (one more read per batch)."""
         if state is not None and state not in STATES:
             raise ValueError(f"state must be one of {', '.join(STATES)}, got {state!r}")
         if limit < 1:
@@ -102,7 +112,10 @@ class BatchViews(Connection):
                 args.append(value)
         condition = f"WHERE {' AND '.join(where)}" if where else ""
         with self.transaction() as cur:
-            cur.execute(f"SELECT {_HEAD}, EXISTS(SELECT 1 FROM completion_trackers t WHERE t.batch_id = CONVERT(b.batch_id USING ascii))"
+            cur.execute(f"SELECT {_HEAD}, member_keys, EXISTS(SELECT 1 FROM completion_trackers t"
+                        " WHERE t.batch_id = CONVERT(b.batch_id USING ascii))"
                         f" AS tracked FROM batches b {condition} ORDER BY claimed_at_ms DESC, batch_id LIMIT %s",
                         (*args, limit))
-            return [_view(r, bool(r["tracked"])) for r in cur.fetchall()]
+            rows = cur.fetchall()
+            return [_view(r, bool(r["tracked"]), _members(cur, r["batch_id"], r["member_keys"]) if members else ())
+                    for r in rows]

@@ -11,6 +11,7 @@ not offer TLS is refused.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import ssl
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +32,7 @@ from consolidator.rules.errors import (
     StoreRefused,
     StoreUnavailable,
 )
+from consolidator.rules.printable import echoed
 from consolidator.support.redact import masked
 
 log = logging.getLogger(__name__)
@@ -38,12 +40,32 @@ log = logging.getLogger(__name__)
 # Client error codes meaning "the server is not there" rather than "this statement is wrong".
 _UNAVAILABLE_CODES = {1040, 1049, 1053, 2002, 2003, 2005, 2006, 2013, 2055}
 ACCESS_DENIED = 1045  # wrong user or password: not an outage (see Connection._open)
+SOCKET_ONLY_USER = 1698  # ER_ACCESS_DENIED_NO_PASSWORD: the user may log in only by the server's unix socket
 _CONFLICT_CODES = {1205, 1213}  # lock wait timeout, deadlock: the transaction was rolled back
 NO_SUCH_TABLE = 1146  # ER_NO_SUCH_TABLE: schema_migrations is missing in a database never migrated
 SSL_NOT_OFFERED = 2026  # CR_SSL_CONNECTION_ERROR: TLS required, the server does not offer it
 RDS_CA_BUNDLE = Path(__file__).with_name("certs") / "rds-ca-bundle.pem"
 URL_OPTIONS = ("ssl", "ssl_ca")  # the query options of a mysql:// URL; any other is refused
 SSL_ON, SSL_OFF = ("true", "1", "required"), ("false", "0")
+
+
+def plaintext_refusal(params: ConnectionParams) -> str | None:
+    """Why a connection with ``params`` may not be made: it would carry the user's password in
+    plaintext over the network (TLS off, a host other than this machine's loopback). None when TLS
+    is on, or the server is this machine (a local run). For connections that must never go in
+    plaintext, as the functions' (their secrets always turn TLS on) and Spark's completion
+    tracking's do."""
+    if params.ssl or params.host == "localhost" or _loopback(params.host):
+        return None
+    return (f"the connection to {params.host} would be plaintext (the password included): add ?ssl=true"
+            " (TLS verified against the RDS CA bundle) or ?ssl_ca=/path/ca.pem to the mysql:// URL")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def tls_context(ca_file: str | Path | None) -> ssl.SSLContext:
@@ -81,13 +103,13 @@ class ConnectionParams:
         pairs = parse_qsl(parts.query, keep_blank_values=True)
         for name, _ in pairs:
             if name not in URL_OPTIONS:
-                raise ValueError(f"unknown mysql:// URL option {name!r:.40} (it takes {', '.join(URL_OPTIONS)})")
+                raise ValueError(f"unknown mysql:// URL option {echoed(name, 40)} (it takes {', '.join(URL_OPTIONS)})")
         query = dict(pairs)
         if len(query) != len(pairs):
             raise ValueError("a mysql:// URL option is given twice")
         ssl_text = query.get("ssl", "false").lower()
         if ssl_text not in SSL_ON + SSL_OFF:
-            raise ValueError(f"mysql:// URL option ssl={query['ssl']!r:.40} is not one of {', '.join(SSL_ON + SSL_OFF)}")
+            raise ValueError(f"mysql:// URL option ssl={echoed(query['ssl'], 40)} is not one of {', '.join(SSL_ON + SSL_OFF)}")
         if "ssl_ca" in query and (not query["ssl_ca"] or ssl_text in SSL_OFF and "ssl" in query):
             raise ValueError("mysql:// URL option ssl_ca needs a CA file path and turns TLS on (not with ssl=false)")
         return cls(
@@ -277,6 +299,11 @@ class Connection:
                 raise StoreRefused(f"database refused the credentials of user {self.params.user!r}{again}"
                                    f" (access denied, 1045): check the password in the database URL or"
                                    f" secret and the user's grants") from exc
+            if code == SOCKET_ONLY_USER:
+                self.close()
+                raise StoreRefused(f"database refused user {self.params.user!r} (access denied, 1698): the server"
+                                   " lets this user in only through its local unix socket (unix_socket or"
+                                   " auth_socket authentication), never over the network with a password") from exc
             if code == SSL_NOT_OFFERED or isinstance(cause, ssl.SSLCertVerificationError):
                 self.close()
                 raise StoreRefused(f"database TLS refused: {cause or exc.args[-1]}; the server must offer"

@@ -8,6 +8,7 @@ statements are what keep one event under one batch id.
 from __future__ import annotations
 
 import secrets
+import time
 
 import redis
 
@@ -25,6 +26,23 @@ return 0
 DEFAULT_KEY = "consolidator:flush-lock"
 
 
+def lock_error(exc: redis.RedisError) -> LockUnavailable:
+    """What went wrong with Redis, and what to do: a server that answered and refused (a wrong
+    password, a database number it does not have, a command it refuses) is not an unreachable
+    one, and its fix is in the URL, not in starting Redis."""
+    if isinstance(exc, redis.AuthenticationError):
+        why = (f"Redis refused the password: {exc} -> fix the AUTH token (CONSOLIDATOR_REDIS_URL's"
+               " redis://:TOKEN@... or the secret of CONSOLIDATOR_REDIS_AUTH_SECRET_ARN)")
+    elif isinstance(exc, redis.ResponseError) and "DB index" in str(exc):
+        why = (f"Redis refused the database number of the URL: {exc} -> use one the server has in"
+               " CONSOLIDATOR_REDIS_URL's /N (0 to 15 unless its `databases` setting says otherwise)")
+    elif isinstance(exc, redis.ResponseError):
+        why = f"Redis refused the lock command: {exc} -> check that the URL points at a Redis (or Valkey) server"
+    else:
+        why = f"Redis unreachable: {exc} -> check CONSOLIDATOR_REDIS_URL and that Redis is running"
+    return LockUnavailable(why)
+
+
 class RedisLock:
     """A lock with a random token per acquisition. Not reentrant; one holder object per flusher."""
 
@@ -35,6 +53,7 @@ class RedisLock:
         self.ttl_ms = ttl_ms
         self.key = key
         self._token: str | None = None
+        self._expires_at = 0.0  # monotonic: when the lock expires at the latest, by this process's clock
         self._release = client.register_script(_RELEASE)
 
     @classmethod
@@ -53,14 +72,28 @@ class RedisLock:
 
     def acquire(self) -> bool:
         """True when this object now holds the lock for ``ttl_ms``; False when someone else does.
-        Raises :class:`LockUnavailable` when Redis cannot be reached."""
+        Raises :class:`LockUnavailable` (saying why: :func:`lock_error`) when Redis cannot be
+        reached or refuses."""
         token = secrets.token_hex(16)
+        started = time.monotonic()  # before the SET: Redis starts the TTL later, never earlier
         try:
             acquired = self.client.set(self.key, token, nx=True, px=self.ttl_ms)
         except redis.RedisError as exc:
-            raise LockUnavailable(f"redis unavailable: {exc}") from exc
+            raise lock_error(exc) from exc
         self._token = token if acquired else None
+        self._expires_at = started + self.ttl_ms / 1000
         return bool(acquired)
+
+    def still_held(self) -> bool:
+        """Whether this object still holds the lock: acquired, its TTL not over by this process's
+        clock, and Redis still holding our token (not expired, not taken by another flusher, not
+        lost with a Redis restart). False when Redis cannot be reached: the lock may be lost."""
+        if self._token is None or time.monotonic() >= self._expires_at:
+            return False
+        try:
+            return self.client.get(self.key) == self._token.encode()
+        except redis.RedisError:
+            return False
 
     def release(self) -> bool:
         """Delete the lock if it still holds our token. False when it had expired (and may now
@@ -71,4 +104,4 @@ class RedisLock:
         try:
             return bool(self._release(keys=[self.key], args=[token]))
         except redis.RedisError as exc:
-            raise LockUnavailable(f"redis unavailable: {exc}") from exc
+            raise lock_error(exc) from exc

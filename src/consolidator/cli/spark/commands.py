@@ -25,7 +25,8 @@ from typing import Annotated
 
 import typer
 
-from consolidator.cli.options import MARKUP_MODE, as_setting, bounded
+from consolidator.cli.options import MARKUP_MODE, as_setting, bounded, topic_name
+from consolidator.cli.render import echo
 from consolidator.cli.spark.options import (
     _SETTING,
     AggregateOpt,
@@ -57,6 +58,7 @@ from consolidator.cli.spark.options import (
 from consolidator.cli.spark.options import (
     max_p95_seconds as _max_p95,
 )
+from consolidator.rules.errors import ConsolidatorError
 from consolidator.spark.shards import DEFAULT_SHARDS
 from consolidator.support.redact import masked
 
@@ -145,6 +147,9 @@ def stream(
     stopper.install()  # a signal during Spark's start-up stops the query as soon as it runs
     try:
         _stream(stopper, config, s, checkpoint, input_path, master)
+    except ConsolidatorError as error:  # the trackers' database or its secret, before the query runs
+        echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
     finally:
         stopper.restore()
 
@@ -164,14 +169,15 @@ def _stream(stopper, config, s, checkpoint: str, input_path: str | None, master:
     writer = BatchWriter(s.sink_url, s.dead_letter_url, tracking_database_url=s.completion_database_url,
                          tracking_database_secret_arn=s.completion_database_secret_arn)
     query = start(spark, config, writer=writer)
-    typer.echo(f"streaming {input_path or s.source_topic} -> {masked(s.sink_url)} (checkpoint {checkpoint});"
-               " Ctrl-C or SIGTERM stops it after the current micro-batch", err=True)
+    source = f"files in {input_path}" if input_path else f"topic {s.source_topic}"
+    echo(f"streaming {source} -> {masked(s.sink_url)} (checkpoint {checkpoint});"
+         " Ctrl-C or SIGTERM stops it after the current micro-batch", err=True)
     try:
         caught = stopper.run(query)
     finally:
         writer.close()
     if caught:
-        typer.echo(stop_line(query, caught), err=True)
+        echo(stop_line(query, caught, source), err=True)
         spark.stop()
 
 
@@ -214,7 +220,7 @@ def replay_grid(params: dict) -> tuple[list, object]:
         _usage_error(f"the policy grid is empty: every combination has a hard window shorter "
                      f"than its debounce ({WINDOWS_RULE})")
     if left_out:
-        typer.echo(f"left out {left_out} combination(s) whose hard window is shorter than the debounce", err=True)
+        echo(f"left out {left_out} combination(s) whose hard window is shorter than the debounce", err=True)
     return list(policies.values()), first
 
 
@@ -224,7 +230,7 @@ def replay(
     input_path: Annotated[str | None, typer.Option("--input", help="JSON lines or Parquet of records.")] = None,
     input_format: Annotated[str, typer.Option("--format", help="json, parquet or kafka")] = "json",
     bootstrap_servers: Annotated[str | None, typer.Option("--bootstrap-servers")] = None,
-    topic: Annotated[str | None, typer.Option("--topic")] = None,
+    topic: Annotated[str | None, typer.Option("--topic", parser=topic_name, help="--format kafka: the topic.")] = None,
     starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
     ending_offsets: Annotated[str, typer.Option("--ending-offsets")] = "latest",
     debounce_seconds: Annotated[str | None, typer.Option(
@@ -296,13 +302,13 @@ def replay(
     max_p95_ms = None if max_p95_seconds is None else max_p95_seconds * 1000
     paths = write_report(figures, out / "report", summary, max_p95_ms)
     for f in figures:
-        typer.echo(f"{f.policy}: {f.messages_in} in, {f.batches_out} batches, compaction {f.compaction_ratio}, "
+        echo(f"{f.policy}: {f.messages_in} in, {f.batches_out} batches, compaction {f.compaction_ratio}, "
                    f"p95 latency {f.latency_p95_ms / 1000:.1f} s, dead-lettered {f.dead_lettered}, "
                    f"expired {f.expired}, held back p95 {f.held_back_p95_ms / 1000:.1f} s")
     advice = recommendation_text(figures, max_p95_ms)
     if advice:
-        typer.echo(advice)
-    typer.echo(f"report: {paths['markdown']} ({paths['html'].name}, {paths['chart'].name})")
+        echo(advice)
+    echo(f"report: {paths['markdown']} ({paths['html'].name}, {paths['chart'].name})")
 
 
 @spark_app.command("emr-submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -343,27 +349,38 @@ def emr_submit(
     )
     if not submit:
         printed = _masked_request(request)
-        typer.echo(json.dumps(printed, indent=2))
-        typer.echo("# or: aws emr-serverless start-job-run --cli-input-json " + shlex.quote(json.dumps(printed)),
+        for line in json.dumps(printed, indent=2).splitlines():
+            echo(line)
+        echo("# or: aws emr-serverless start-job-run --cli-input-json " + shlex.quote(json.dumps(printed)),
                    err=True)
         return
     import boto3
 
     response = boto3.client("emr-serverless", region_name=region).start_job_run(**request)
-    typer.echo(json.dumps({"jobRunId": response["jobRunId"], "applicationId": response["applicationId"],
+    echo(json.dumps({"jobRunId": response["jobRunId"], "applicationId": response["applicationId"],
                            "arn": response.get("arn")}))
 
 
 def _no_password_in(args: list[str]) -> None:
-    """Refuse job arguments that carry a URL password: the database's belongs in its secret."""
+    """Refuse job arguments that carry a URL password (the database's belongs in its secret) or a
+    trackers' database URL that would connect in plaintext (the job would refuse it at start)."""
     from urllib.parse import urlsplit
 
-    for arg in args:
-        value = arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg
+    from consolidator.store.connection import ConnectionParams, plaintext_refusal
+
+    values = [arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg for arg in args]
+    for value in values:
         if "://" in value and urlsplit(value).password:
-            typer.echo(f"refused: a job argument carries a password ({masked(value)}); job arguments are readable "
-                       "by anyone who may read the job run: pass the database's Secrets Manager secret with "
-                       "--completion-database-secret-arn and a URL without credentials", err=True)
+            echo(f"refused: a job argument carries a password ({masked(value)}); job arguments are readable "
+                 "by anyone who may read the job run: pass the database's Secrets Manager secret with "
+                 "--completion-database-secret-arn and a URL without credentials", err=True)
+            raise typer.Exit(2)
+    for index, arg in enumerate(args):
+        if arg.partition("=")[0] != "--completion-database-url":
+            continue
+        url = values[index] if "=" in arg else (args[index + 1] if index + 1 < len(args) else "")
+        if url.startswith("mysql://") and (refusal := plaintext_refusal(ConnectionParams.from_url(url))):
+            echo(f"refused: --completion-database-url {masked(url)}: {refusal}", err=True)
             raise typer.Exit(2)
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from consolidator.cli.options import as_setting, bounded
+from consolidator.cli.render import echo
 
 _SETTING = "Default: $CONSOLIDATOR_{}, else the settings' default."
 DebounceOpt = Annotated[float | None, typer.Option("--debounce-seconds", parser=as_setting("debounce_seconds"), help=_SETTING.format("DEBOUNCE_SECONDS"))]
@@ -65,7 +66,7 @@ def _settings(model, params: dict, rename: dict[str, str] | None = None):
 
 def _usage_error(error: Exception) -> NoReturn:
     """One line on stderr and exit 2, as the rest of the CLI does for a configuration error."""
-    typer.echo(f"configuration error: {error}", err=True)
+    echo(f"configuration error: {error}", err=True)
     raise typer.Exit(2)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from consolidator.cli.spark.report_choice import (
     recommend,
     short_ids,
 )
+from consolidator.rules.printable import printable
 from consolidator.spark.figures import WORST_GROUPS, InputSummary, PolicyFigures
 
 __all__ = ["recommend", "render_chart", "render_html", "render_markdown", "write_report"]
@@ -105,8 +107,8 @@ _ROWS = (
 def _input_lines(source: InputSummary) -> list[str]:
     files = (f"{len(source.files)} file(s): " + ", ".join(source.files[:5])
              + (f" and {len(source.files) - 5} more" if len(source.files) > 5 else "")) if source.files else "-"
-    return [f"source: {source.source}", f"files: {files}", f"time span: {_span(source)}",
-            f"records: {source.records:,}", f"groups: {source.groups:,}"]
+    return [printable(line) for line in (f"source: {source.source}", f"files: {files}", f"time span: {_span(source)}",
+                                         f"records: {source.records:,}", f"groups: {source.groups:,}")]
 
 
 def render_markdown(figures: Sequence[PolicyFigures], source: InputSummary | None = None,
@@ -126,7 +128,7 @@ def render_markdown(figures: Sequence[PolicyFigures], source: InputSummary | Non
         lines.append(f"| {label} | " + " | ".join(cell(f) for f in figures) + " |")
     lines += ["", "## Worst groups", "", WORST_HELP, "", "| id | group | p95 latency | max latency | batches |",
               "|---|---|---|---|---|"]
-    lines += [f"| {ident} | `{g}` | {p95} | {top} | {n} |" for ident, g, p95, top, n in _worst_rows(figures)]
+    lines += [f"| {ident} | {_md_code(g)} | {p95} | {top} | {n} |" for ident, g, p95, top, n in _worst_rows(figures)]
     return "\n".join(lines) + "\n"
 
 
@@ -143,9 +145,19 @@ def _key(figures: Sequence[PolicyFigures]) -> list[tuple[str, str, str]]:
 
 
 def _worst_rows(figures: Sequence[PolicyFigures]) -> list[tuple[str, str, str, str, str]]:
+    """One row per worst group; the group key printable (a producer chose it: it is shown as text)."""
     ids = short_ids(figures)
-    return [(ids[f.policy], g["group_key"], _seconds(g["latency_p95_ms"]), _seconds(g["latency_max_ms"]),
+    return [(ids[f.policy], printable(g["group_key"]), _seconds(g["latency_p95_ms"]), _seconds(g["latency_max_ms"]),
              f"{g['batches']:,}") for f in figures for g in f.worst_groups]
+
+
+def _md_code(text: str) -> str:
+    """``text`` as a Markdown code span in a table cell: fenced with more backticks than its
+    longest run of them, its ``|`` escaped (the table's column separator)."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    padded = f" {text} " if longest else text
+    return fence + padded.replace("|", "\\|") + fence
 
 
 def _code(text: str) -> str:

@@ -21,6 +21,7 @@ from consolidator.rules.events import (
 )
 from consolidator.sources.formats.base import RegistryUnavailable, ValueDecoder
 from consolidator.sources.formats.decoder import VALUE_FORMATS, RegistryValueDecoder, ValueFormat
+from consolidator.sources.formats.limits import REGISTRY_SHARE_OF_FUNCTION_TIMEOUT
 
 __all__ = ["VALUE_FORMATS", "RegistryUnavailable", "RegistryValueDecoder", "ValueDecoder", "ValueFormat",
            "decode_event", "value_format_of"]
@@ -35,14 +36,22 @@ def decode_event(values: ValueDecoder | None, record: KafkaRecord, names: FieldN
         return decode(record, names, max_event_bytes)
     if len(value) > max_event_bytes:
         raise PoisonEvent(PoisonReason.TOO_LARGE, f"value is {len(value)} bytes, limit is {max_event_bytes}")
-    return decode(record._replace(value=values.to_json(value)), names, max_event_bytes)
+    return decode(record._replace(value=values.to_json(value, record.topic)), names, max_event_bytes)
 
 
 
 def value_format_of(settings) -> ValueFormat | None:
     """The value format the settings (``_Format`` of :mod:`consolidator.settings`) describe;
-    None for JSON."""
+    None for JSON. Lookups are counted per invocation where there is one (ingest: the settings
+    have the function's timeout field), and they may take
+    :data:`~consolidator.sources.formats.limits.REGISTRY_SHARE_OF_FUNCTION_TIMEOUT` of a known timeout."""
     if settings.value_format == "json":
         return None
+    invocation = hasattr(settings, "function_timeout_seconds")
+    function_timeout = getattr(settings, "function_timeout_seconds", None)
     return ValueFormat(settings.value_format, settings.schema_registry_url, settings.schema_registry_secret_arn,
-                       settings.glue_registry_name, settings.schema_registry_timeout_seconds, settings.max_event_bytes)
+                       settings.glue_registry_name, settings.schema_registry_timeout_seconds, settings.max_event_bytes,
+                       subjects=tuple(settings.schema_subjects or ()),
+                       max_lookups=settings.schema_registry_max_lookups if invocation else None,
+                       lookup_seconds=None if function_timeout is None
+                       else function_timeout * REGISTRY_SHARE_OF_FUNCTION_TIMEOUT)
