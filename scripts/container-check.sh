@@ -8,11 +8,12 @@
 #    entry point, a non-root user, the health check, no CONSOLIDATOR_* value but the health port,
 #    and no dev, Spark or CDK package inside.
 # 3. Against this machine's MariaDB (127.0.0.1:3306, a database of this run, dropped at the end),
-#    Redis (127.0.0.1:6379, db 11) and a local Kafka (`consolidator kafka serve`, run from the
-#    image itself), all with host networking: records are produced (one of them poison), the
-#    worker container (read-only root, no capabilities) must write every record into batches on
-#    a mounted volume and the poison to the dead letter, answer its health check, and on
-#    SIGTERM exit 0 within the bound.
+#    Redis (127.0.0.1:6379, db 11, a lock key of this run) and a local Kafka (`consolidator kafka
+#    serve`, run from the image itself), all with host networking: records are produced (one of
+#    them poison), the worker container (read-only root, no capabilities) must write every record
+#    into batches on a mounted volume and the poison to the dead letter, answer /readyz,
+#    /healthz, /metrics and its health check, and on SIGTERM exit 0 within its shutdown bound
+#    (CONSOLIDATOR_WORKER_SHUTDOWN_SECONDS's default) with every offset committed.
 # 4. One summary line.
 #
 # podman runs with a configuration of this run (CONTAINERS_CONF, CONTAINERS_STORAGE_CONF): the
@@ -20,13 +21,12 @@
 # between runs as a cache; `rm -rf build/container` frees it). The machine's own podman
 # configuration and storage are untouched. The trap removes the containers it started (by id),
 # drops its database and checks that none of its containers is left.
-# Needs root and network to Debian's mirror and PyPI. About 5-10 minutes the first time.
+# Needs root and network to Debian's mirror and PyPI. About 3 minutes the first time, then 1-2.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 [ "$(id -u)" -eq 0 ] || { echo "container-check: needs root (debootstrap, podman)" >&2; exit 2; }
 MIRROR=${CONTAINER_CHECK_MIRROR:-http://deb.debian.org/debian}
 CACHE=${CONTAINER_CHECK_CACHE:-$REPO/build/container}
-STOP_BOUND_SECONDS=${CONTAINER_CHECK_STOP_BOUND:-30}  # the worker's shutdown bound (Kubernetes' default grace)
 RECORDS=300 GROUP_COUNT=12
 REDIS_URL=redis://127.0.0.1:6379/11  # no other check's or test's flush lock
 DATABASE=consolidator_container_$(date +%s)_$$
@@ -183,8 +183,10 @@ print(" ".join(m for m in ("pyspark", "aws_cdk", "pytest", "hypothesis", "moto",
                if importlib.util.find_spec(m)))')
 [ -z "$extra" ] || fail "packages that are not runtime dependencies are in the image: $extra"
 version=$(once --entrypoint consolidator "$IMAGE" --version)
-HAS_WORKER=0
-once --entrypoint consolidator "$IMAGE" worker --help >/dev/null 2>&1 && HAS_WORKER=1
+# the worker's shutdown bound: CONSOLIDATOR_WORKER_SHUTDOWN_SECONDS's default, as the image declares it
+STOP_BOUND_SECONDS=$(once --entrypoint python3 "$IMAGE" -c '
+from consolidator.settings import setting_field
+print("%g" % setting_field("worker_shutdown_seconds")[1].default)')
 say "image $IMAGE: ${IMAGE_MB} MB, built in ${BUILD_SECONDS} s ($BUILD_CACHED); $version; user $user; health port $IMAGE_PORT"
 
 # --- 3. run it against MariaDB, Redis and a local Kafka ----------------------------------------
@@ -219,21 +221,21 @@ with socket.socket() as s:
     print(s.getsockname()[1])')
 ENV_ARGS=(
   -e "CONSOLIDATOR_DATABASE_URL=$DATABASE_URL" -e "CONSOLIDATOR_REDIS_URL=$REDIS_URL"
-  -e "CONSOLIDATOR_KAFKA_BOOTSTRAP=$BOOTSTRAP" -e "CONSOLIDATOR_SOURCE_TOPIC=$TOPIC"
+  -e "CONSOLIDATOR_KAFKA_BOOTSTRAP=$BOOTSTRAP" -e "CONSOLIDATOR_SOURCE_TOPICS=$TOPIC"
+  -e "CONSOLIDATOR_KAFKA_GROUP_ID=$KAFKA_GROUP" -e "CONSOLIDATOR_LOCK_KEY=consolidator:container-check:$$"
   -e "CONSOLIDATOR_SINK_URL=file:///out/batches.jsonl" -e "CONSOLIDATOR_DEAD_LETTER_URL=file:///out/dead-letter.jsonl"
   -e CONSOLIDATOR_DEBOUNCE_SECONDS=2 -e CONSOLIDATOR_HARD_WINDOW_SECONDS=20 -e CONSOLIDATOR_TICK_INTERVAL_SECONDS=1
 )
 # the image's CLI, with this run's settings and volumes (read-only root, as in Kubernetes)
-# Without the worker the image's health port is not a known setting: the other commands refuse it.
-UNSET=(); [ "$HAS_WORKER" = 1 ] || UNSET=(--unsetenv CONSOLIDATOR_WORKER_HTTP_PORT)
-cli() { once --read-only --tmpfs /tmp "${UNSET[@]}" "${ENV_ARGS[@]}" \
+cli() { once --read-only --tmpfs /tmp "${ENV_ARGS[@]}" \
           -v "$WORK/in:/in:ro" -v "$WORK/out:/out" --entrypoint consolidator "$IMAGE" "$@"; }
 
 DATABASE_MADE=1  # from here on the trap drops it (the name is this run's own)
 schema=$(cli db migrate --create --json)
 say "schema: $schema"
 produce() { cli kafka produce "/in/$1" --bootstrap-servers "$BOOTSTRAP" --topic "$TOPIC" --json; }
-# The topic exists (auto-created on first use) before the worker subscribes.
+# The topic exists (auto-created on first use) before the worker subscribes: /readyz waits for
+# assigned partitions.
 produce warm-up.jsonl >/dev/null
 
 # count_batches: "<batches> <distinct orders in them, warm-up excluded> <orders counting repeats>"
@@ -246,25 +248,11 @@ members = [i for b in batches if b["group_key"] != "WARM-UP" for i in b["item_id
 print(len(batches), len(set(members)), len(members))'
 }
 
-if [ "$HAS_WORKER" = 0 ]; then
-  # The image has no worker command yet: the same pipeline through the file entry points, so
-  # the image's dependencies, database, Redis and sink paths are still exercised.
-  say "the image has no 'worker' command: checking the pipeline with 'ingest --file' and 'flush --once'"
-  cli ingest --file /in/events.jsonl --topic file.events --json > "$WORK/ingest.json" || true
-  sleep 3
-  cli flush --once --json > "$WORK/flush.json"
-  read -r batches orders entries < <(count_batches)
-  dead=$(wc -l < "$WORK/out/dead-letter.jsonl" 2>/dev/null || echo 0)
-  say "file pipeline: $batches batches, $orders of $RECORDS orders, $dead dead-lettered"
-  fail "the worker steps did not run: the image has no 'consolidator worker' command"
-fi
-
 # The health check runs below (`podman healthcheck run`), not on podman's timer: podman asks
 # systemd for the timer, and says so on stderr (kept in podman.log) where systemd does not run.
 WORKER=$(pm run --detach --network host --label "$RUN_LABEL" --name "cc-worker-$$" --read-only --tmpfs /tmp \
   --cap-drop all --security-opt no-new-privileges --health-interval disable \
-  -e "CONSOLIDATOR_WORKER_HTTP_PORT=$HEALTH_PORT" -e "CONSOLIDATOR_SOURCE_TOPICS=$TOPIC" \
-  -e "CONSOLIDATOR_KAFKA_GROUP_ID=$KAFKA_GROUP" "${ENV_ARGS[@]}" -v "$WORK/out:/out" "$IMAGE" 2>>"$WORK/podman.log")
+  -e "CONSOLIDATOR_WORKER_HTTP_PORT=$HEALTH_PORT" "${ENV_ARGS[@]}" -v "$WORK/out:/out" "$IMAGE" 2>>"$WORK/podman.log")
 say "worker container ${WORKER:0:12} started; waiting for /readyz"
 ready=""
 for _ in $(seq 1 120); do
@@ -296,7 +284,8 @@ say "health: HEALTHCHECK ok, /healthz, /readyz and /metrics answer"
 
 t0=$(date +%s.%N)
 pm kill --signal TERM "$WORKER" >/dev/null
-code=$(timeout $((STOP_BOUND_SECONDS + 5)) podman --runtime runc wait "$WORKER" || echo timeout)
+code=$(timeout "$(awk -v b="$STOP_BOUND_SECONDS" 'BEGIN { print b + 5 }')" podman --runtime runc wait "$WORKER" \
+  || echo timeout)
 STOP_SECONDS=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 [ "$code" = 0 ] || { pm logs "$WORKER" 2>&1 | tail -n 30 >&2; fail "after SIGTERM the worker exited with '$code'"; }
 awk -v s="$STOP_SECONDS" -v b="$STOP_BOUND_SECONDS" 'BEGIN { exit !(s < b) }' \
