@@ -21,7 +21,7 @@
 # between runs as a cache; `rm -rf build/container` frees it). The machine's own podman
 # configuration and storage are untouched. The trap removes the containers it started (by id),
 # drops its database and checks that none of its containers is left.
-# Needs root and network to Debian's mirror and PyPI. About 3 minutes the first time, then 1-2.
+# Needs root and network to Debian's mirror and PyPI. 4-5 minutes the first time, then 1-2.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 [ "$(id -u)" -eq 0 ] || { echo "container-check: needs root (debootstrap, podman)" >&2; exit 2; }
