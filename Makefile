@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 # The layering contracts of pyproject.toml ([tool.importlinter]); infra/ holds consolidator_infra
 LINT_IMPORTS := PYTHONPATH=infra .venv/bin/lint-imports --no-logo
 
-.PHONY: setup setup-demo setup-flink test demo bench bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check chaos emr-archive emr-check test-emr-spark
+.PHONY: setup setup-demo setup-flink test demo bench bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
 
 setup:
 	@bash scripts/setup.sh test
@@ -98,3 +98,9 @@ lock:
 # `make demo` and `make test` with no network (loopback only). Needs root; ~15 min.
 fresh-check:
 	@bash scripts/fresh-check.sh
+
+# The worker image (Containerfile) built with podman on a debootstrapped Debian 12 base, then run
+# against the local MariaDB, Redis and a local Kafka: batches out, health check, clean SIGTERM.
+# Needs root; minutes (the base and the image's layers are cached in build/container/).
+container-check:
+	@bash scripts/container-check.sh
