@@ -80,7 +80,8 @@ def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Poli
         expired.extend(expired_entry(group_key, m, tick, tick) for m in plan.expired)
         for claim in plan.claims:
             message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=tick,
-                                    held_back_ms=claim.held_back_ms, shape=policy.shape)
+                                    held_back_ms=claim.held_back_ms, shape=policy.shape,
+                                    event_times=policy.event_times)
             batches.append(ReplayBatch(group_key, claim.reason, tick, tuple(claim.rows), message,
                                        claim.held_back_ms))
     return GroupReplay(batches, len(ordered), replayed, expired)
