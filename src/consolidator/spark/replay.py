@@ -151,6 +151,7 @@ OUTPUT_SCHEMA = (
     " records_in long, replayed long"
 )
 BATCH, DEAD_LETTER, SUMMARY, EXPIRED = "batch", "dead_letter", "summary", "expired"
+LATE_ARRIVAL = "late_arrival"  # an expired row's ``reason`` when its event was older than the TTL on arrival
 
 
 def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNames, int] | None = None,
@@ -207,9 +208,9 @@ def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNa
         for b in result.batches:
             rows.append((BATCH, name, group_key, b.batch_id, str(b.reason), b.flushed_at_ms, len(b.members),
                          b.message["event_count"], b.latencies_ms, encode(b.message).decode(), None, None))
-        for entry in result.expired:
-            rows.append((EXPIRED, name, group_key, None, "expired", None, None, entry["merged_events"], None,
-                         encode(entry).decode(), None, None))
+        for entry, late in zip(result.expired, result.late, strict=True):
+            rows.append((EXPIRED, name, group_key, None, LATE_ARRIVAL if late else "expired", None, None,
+                         entry["merged_events"], None, encode(entry).decode(), None, None))
 
     def whole_groups(data: pa.Table):
         """Output batches of ``data``'s groups: the columnar path's batches (plain policies), the
