@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -219,19 +220,25 @@ def test_replay_refuses_an_input_it_cannot_read_in_one_line_before_spark_starts(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.jsonl", "values.jsonl"]  # no partial output
 
 
-def test_a_replay_that_fails_leaves_no_partial_output_and_the_old_output_as_it_was(tmp_path, monkeypatch):
-    from consolidator.spark import session
+@pytest.mark.spark
+def test_a_replay_that_fails_leaves_no_partial_output_and_the_old_output_as_it_was(spark, tmp_path, monkeypatch):
+    """The job fails half way through writing its outputs: nothing of it is left, and the
+    output of an earlier run is as it was."""
+    from consolidator.spark import replay
 
-    def broken(*args, **kwargs):
+    def half_written(result, out_dir: str) -> None:
+        (Path(out_dir) / "batches").mkdir(parents=True)
+        (Path(out_dir) / "batches" / "part-00000.txt").write_text("{}")
         raise RuntimeError("the cluster went away")
 
-    monkeypatch.setattr(session, "build_session", broken)
-    source = tmp_path / "values.jsonl"
-    source.write_text('{"location_id": "a", "order_id": "b"}\n')
+    monkeypatch.setattr(replay, "write_outputs", half_written)
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"topic": "t", "partition": 0, "offset": 1, "timestamp": 1_795_000_020_000,
+                                  "value": json.dumps({"location_id": "a", "order_id": "b", "items": []})}) + "\n")
     out = tmp_path / "out"
     out.mkdir()
     (out / "kept.txt").write_text("an earlier run")
     result = runner.invoke(spark_app, ["replay", "--input", str(source), "--out", str(out)])
     assert isinstance(result.exception, RuntimeError)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "values.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out"]
     assert [p.name for p in out.iterdir()] == ["kept.txt"]
