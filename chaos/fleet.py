@@ -245,8 +245,9 @@ class FleetRun(Run):
                 self.redis.start()
             faults_over = time.monotonic() - started
             self.drain(ends)
-            print(f"chaos: {self.s.name} seed {self.seed}: fleet up at {booted:.1f}s, streamed at {streamed:.1f}s, faults until {faults_over:.1f}s, drained at"
-                  f" {time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
+            print(f"chaos: {self.s.name} seed {self.seed}: fleet up at {booted:.1f}s, streamed at {streamed:.1f}s,"
+                  f" faults until {faults_over:.1f}s, drained at {time.monotonic() - started:.1f}s",
+                  file=sys.stderr, flush=True)
             self.halt.set()
             for thread in threads:
                 thread.join(timeout=30)
