@@ -279,7 +279,7 @@ class FlushService:
             try:
                 message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                         ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
-                                        shape=self.policy.shape)
+                                        shape=self.policy.shape, event_times=self.policy.event_times)
                 body = encode(message)
                 seal = SealedBatch.of_message(message) if self.completion_tracking else None
             except Exception as error:  # noqa: BLE001 - this batch only: a failed attempt, retried, then dead
@@ -377,7 +377,7 @@ class FlushService:
         try:
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                     ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
-                                    shape=self.policy.shape)
+                                    shape=self.policy.shape, event_times=self.policy.event_times)
             entry = dead_batch_entry(message, attempts, error, now)
         except Exception as build_error:  # noqa: BLE001 - why it died, most likely: the entry holds what is known
             log.warning("dead batch's message not built; dead-lettered without it",
