@@ -21,6 +21,7 @@ from consolidator.cli.base import (
     topic_name,
 )
 from consolidator.cli.render import echo
+from consolidator.support import tracing
 
 kafka_app = typer.Typer(help="A local Kafka (librdkafka's mock cluster) and a producer of event files.",
                         no_args_is_help=True)
@@ -84,6 +85,19 @@ def _key(line: bytes, field: str | None) -> bytes | None:
     return None if key is None or isinstance(key, (dict, list)) else str(key).encode()
 
 
+def send_span(topic: str):
+    """While tracing is on, the started span of one ``kafka produce`` (PRODUCER, ``send {topic}``)
+    whose ``traceparent`` every message of the file carries; None while it is off."""
+    tracer = tracing.tracer()
+    if tracer is None:
+        return None
+    from opentelemetry.trace import SpanKind
+
+    return tracer.start_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes={
+        "messaging.system": "kafka", "messaging.operation.type": "send", "messaging.operation.name": "produce",
+        "messaging.destination.name": topic})
+
+
 @kafka_app.command("produce")
 def produce(
     file: Annotated[Path, typer.Argument(help="JSON lines, each line one event value.")],
@@ -104,7 +118,8 @@ def produce(
     is not JSON arrives as poison),
     stamped now by the producer. Reads CONSOLIDATOR_KAFKA_BOOTSTRAP, CONSOLIDATOR_SOURCE_TOPIC and
     CONSOLIDATOR_GROUP_KEY_FIELD when the options are not given. Exit 1 unless every message was
-    acknowledged (acks=all)."""
+    acknowledged (acks=all). While tracing is on (OTEL_TRACES_EXPORTER) the run is one span and
+    every message carries its `traceparent` header."""
     from confluent_kafka import KafkaException, Producer
 
     from consolidator.support.kafkalog import client_logging
@@ -119,6 +134,9 @@ def produce(
     errors: list[str] = []
     partitions: dict[int, int] = {}
     sent = blank = 0
+    tracing.configure("consolidator-producer")
+    span = send_span(topic)  # None while tracing is off
+    headers = None if span is None else [("traceparent", tracing.traceparent_of(span).encode())]
 
     def delivered(error, message) -> None:
         if error is not None:
@@ -134,10 +152,12 @@ def produce(
                 continue
             try:
                 try:
-                    producer.produce(topic, value=line, key=_key(line, key_field), on_delivery=delivered)
+                    producer.produce(topic, value=line, key=_key(line, key_field), headers=headers,
+                                     on_delivery=delivered)
                 except BufferError:
                     producer.poll(1.0)  # queue full: serve delivery reports, then once more
-                    producer.produce(topic, value=line, key=_key(line, key_field), on_delivery=delivered)
+                    producer.produce(topic, value=line, key=_key(line, key_field), headers=headers,
+                                     on_delivery=delivered)
             except (BufferError, KafkaException) as exc:
                 errors.append(str(exc))
                 break
@@ -148,6 +168,10 @@ def produce(
     if unconfirmed:
         errors.append(f"{unconfirmed} message(s) without a delivery report after {timeout_seconds + 5:g} s")
     acknowledged = sum(partitions.values())
+    if span is not None:
+        span.set_attributes({"messaging.batch.message_count": sent, "consolidator.produce.acknowledged": acknowledged})
+        span.end()
+        tracing.flush()
     document = {"file": str(file), "topic": topic, "bootstrap_servers": bootstrap_servers, "produced": sent,
                 "blank_lines": blank, "acknowledged": acknowledged, "per_partition": dict(sorted(partitions.items())),
                 "errors": errors[:10], "ok": not errors and not unconfirmed and acknowledged == sent}
