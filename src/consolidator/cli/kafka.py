@@ -85,19 +85,6 @@ def _key(line: bytes, field: str | None) -> bytes | None:
     return None if key is None or isinstance(key, (dict, list)) else str(key).encode()
 
 
-def send_span(topic: str):
-    """While tracing is on, the started span of one ``kafka produce`` (PRODUCER, ``send {topic}``)
-    whose ``traceparent`` every message of the file carries; None while it is off."""
-    tracer = tracing.tracer()
-    if tracer is None:
-        return None
-    from opentelemetry.trace import SpanKind
-
-    return tracer.start_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes={
-        "messaging.system": "kafka", "messaging.operation.type": "send", "messaging.operation.name": "produce",
-        "messaging.destination.name": topic})
-
-
 @kafka_app.command("produce")
 def produce(
     file: Annotated[Path, typer.Argument(help="JSON lines, each line one event value.")],
@@ -135,7 +122,7 @@ def produce(
     partitions: dict[int, int] = {}
     sent = blank = 0
     tracing.configure("consolidator-producer")
-    span = send_span(topic)  # None while tracing is off
+    span = tracing.start_send_span(topic, "produce")  # None while tracing is off
     headers = None if span is None else [("traceparent", tracing.traceparent_of(span).encode())]
 
     def delivered(error, message) -> None:

@@ -167,3 +167,33 @@ def flushed(handler):
             flush()
 
     return call
+
+
+def start_send_span(topic: str, operation: str):
+    """While tracing is on, a started PRODUCER span ``send {topic}`` (a producer's, whose
+    ``traceparent`` its messages carry: :func:`traceparent_of`); None while it is off."""
+    if _tracer is None:
+        return None
+    from opentelemetry.trace import SpanKind
+
+    return _tracer.start_span(f"send {topic}", kind=SpanKind.PRODUCER, attributes={
+        "messaging.system": "kafka", "messaging.operation.type": "send", "messaging.operation.name": operation,
+        "messaging.destination.name": topic})
+
+
+def start_receive_span(topic: str, partition: int, offset: int, group: str, message_id: str,
+                       traceparent: str | None):
+    """While tracing is on, a started CONSUMER span ``process {topic}`` of one received message
+    that continues the message's ``traceparent`` (a new trace without a valid one); None while
+    it is off. What a downstream consumer of the batches does."""
+    if _tracer is None:
+        return None
+    from opentelemetry.trace import SpanKind
+
+    return _tracer.start_span(f"process {topic}", context=context_of(traceparent), kind=SpanKind.CONSUMER,
+                              attributes={
+                                  "messaging.system": "kafka", "messaging.operation.type": "process",
+                                  "messaging.destination.name": topic,
+                                  "messaging.destination.partition.id": str(partition),
+                                  "messaging.kafka.offset": offset, "messaging.consumer.group.name": group,
+                                  "messaging.message.id": message_id})
