@@ -74,9 +74,14 @@ def _headers(value: object) -> tuple[tuple[str, bytes], ...]:
         if type(header) is not dict:
             raise _Bad(f"headers[{index}] must be an object, got {type(header).__name__}")
         for name, raw in header.items():
-            if type(raw) is not list or any(type(b) is not int or not -128 <= b <= 255 for b in raw):
+            if type(raw) is not list or (raw and set(map(type, raw)) != {int}):  # type(): never a bool
                 raise _Bad(f"headers[{index}][{echoed(name)}] must be a list of bytes")
-            headers.append((name, bytes(b & 0xFF for b in raw)))
+            try:
+                headers.append((name, bytes(raw)))  # in C: unsigned bytes, the usual case
+            except ValueError:
+                if not -128 <= min(raw) and max(raw) <= 255:
+                    raise _Bad(f"headers[{index}][{echoed(name)}] must be a list of bytes") from None
+                headers.append((name, bytes(b & 0xFF for b in raw)))  # signed (Java) bytes
     return tuple(headers)
 
 
