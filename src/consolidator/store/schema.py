@@ -281,7 +281,6 @@ def _migrations(first_bucket: int, no_pad: str, now_ms: int = 0) -> list[tuple[i
             "a buffer row keeps the W3C trace context of its newest event",
             [
                 # Set with the row's items (the newest position's); NULL: that record had none.
-                # Added last and NULL, so MariaDB adds them in place (no table copy).
                 ("ALTER TABLE buffer_rows"
                  " ADD COLUMN trace_parent CHAR(55) CHARACTER SET ascii NULL"
                  " COMMENT 'traceparent header of the newest event; NULL: none or not valid',"
