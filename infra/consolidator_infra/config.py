@@ -273,6 +273,10 @@ class FunctionsConfig(_Model):
     log_retention_days: int = 30
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     cleanup_schedule_hour_utc: int = Field(3, ge=0, le=23)
+    tracing_layer_arn: str | None = Field(
+        None, pattern=r"^arn:aws[\w-]*:lambda:[a-z0-9-]+:\d{12}:layer:[\w-]+:\d+$",
+        description="the ADOT collector Lambda layer (arm64) of the region: the functions export their spans"
+                    " over OTLP to it, and it to X-Ray; None: tracing off")
 
 
 class AlarmConfig(_Model):

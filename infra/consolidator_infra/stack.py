@@ -51,7 +51,7 @@ class ConsolidatorStack(Stack):
 
         self.functions = FunctionFactory(
             self, "Functions", network=self.network, log_retention_days=fn.log_retention_days,
-            log_level=fn.log_level, removal_policy=removal,
+            log_level=fn.log_level, removal_policy=removal, tracing_layer_arn=fn.tracing_layer_arn,
             environment={f"{P}ENVIRONMENT": config.name},  # the metrics' environment dimension
         )
         fields = {

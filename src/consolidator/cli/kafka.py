@@ -21,6 +21,7 @@ from consolidator.cli.base import (
     topic_name,
 )
 from consolidator.cli.render import echo
+from consolidator.support import tracing
 
 kafka_app = typer.Typer(help="A local Kafka (librdkafka's mock cluster) and a producer of event files.",
                         no_args_is_help=True)
@@ -116,8 +117,8 @@ def produce(
     is not JSON arrives as poison),
     stamped now by the producer, or by the value's --timestamp-field. Reads CONSOLIDATOR_KAFKA_BOOTSTRAP,
     CONSOLIDATOR_SOURCE_TOPIC, CONSOLIDATOR_GROUP_KEY_FIELD and CONSOLIDATOR_EVENT_TIME_FIELD when the
-    options are not given. Exit 1 unless every message was
-    acknowledged (acks=all)."""
+    options are not given. Exit 1 unless every message was acknowledged (acks=all). While tracing is
+    on (OTEL_TRACES_EXPORTER) the run is one span and every message carries its `traceparent` header."""
     from confluent_kafka import KafkaException, Producer
 
     from consolidator.rules.shape_spec import parse_path
@@ -138,6 +139,9 @@ def produce(
     partitions: dict[int, int] = {}
     sent = blank = 0
     unstamped: list[str] = []  # lines produced stamped now: their time could not be read
+    tracing.configure("consolidator-producer")
+    span = tracing.start_send_span(topic, "produce")  # None while tracing is off
+    headers = None if span is None else [("traceparent", tracing.traceparent_of(span).encode())]
 
     def delivered(error, message) -> None:
         if error is not None:
@@ -159,11 +163,11 @@ def produce(
                     unstamped.append(f"line {sent + blank + 1}: {exc}")
             try:
                 try:
-                    producer.produce(topic, value=line, key=_key(line, key_field), **stamp,
+                    producer.produce(topic, value=line, key=_key(line, key_field), headers=headers, **stamp,
                                      on_delivery=delivered)
                 except BufferError:
                     producer.poll(1.0)  # queue full: serve delivery reports, then once more
-                    producer.produce(topic, value=line, key=_key(line, key_field), **stamp,
+                    producer.produce(topic, value=line, key=_key(line, key_field), headers=headers, **stamp,
                                      on_delivery=delivered)
             except (BufferError, KafkaException) as exc:
                 errors.append(str(exc))
@@ -175,6 +179,10 @@ def produce(
     if unconfirmed:
         errors.append(f"{unconfirmed} message(s) without a delivery report after {timeout_seconds + 5:g} s")
     acknowledged = sum(partitions.values())
+    if span is not None:
+        span.set_attributes({"messaging.batch.message_count": sent, "consolidator.produce.acknowledged": acknowledged})
+        span.end()
+        tracing.flush()
     document = {"file": str(file), "topic": topic, "bootstrap_servers": bootstrap_servers, "produced": sent,
                 "blank_lines": blank, "stamped_now": len(unstamped), "unstamped": unstamped[:10],
                 "acknowledged": acknowledged, "per_partition": dict(sorted(partitions.items())),

@@ -28,6 +28,7 @@ from consolidator.rules.literals import exact_document
 from consolidator.rules.printable import echoed
 from consolidator.rules.shape import EventView, Shape, ValueFault, retain
 from consolidator.rules.shape_spec import Path
+from consolidator.rules.tracecontext import TraceContext, trace_context
 
 # Records, positions and events are NamedTuples: immutable, ordered like tuples, and several
 # times cheaper to build than frozen dataclasses on the ingest hot path.
@@ -95,6 +96,7 @@ class Event(NamedTuple):
     item_id: str
     items: tuple[tuple[str, int], ...] | EventView
     payload: bytes
+    trace: TraceContext | None = None  # the record's W3C trace context (rules/tracecontext.py), if valid
 
     @property
     def bucket(self) -> int:
@@ -243,8 +245,10 @@ def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -
     group_key = _identifier(group, names.group_key, PoisonReason.MISSING_GROUP_KEY, PoisonReason.BAD_GROUP_KEY)
     item_id = _identifier(item, names.item_id, PoisonReason.MISSING_ITEM_ID, PoisonReason.BAD_ITEM_ID)
     position = SourcePosition(record.topic, record.partition, record.offset)
+    trace = None if not record.headers else trace_context(record.headers)
     if names.shape is not None:
-        return Event(position, record.timestamp_ms, group_key, item_id, _retained(document, names.shape, value), value)
+        return Event(position, record.timestamp_ms, group_key, item_id, _retained(document, names.shape, value), value,
+                     trace)
     try:
         items = _items(document.get(names.items), names)
     except PoisonEvent:
@@ -252,7 +256,7 @@ def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -
         if type(exact) is dict:
             _items(exact.get(names.items), names)
         raise
-    return Event(position, record.timestamp_ms, group_key, item_id, items, value)
+    return Event(position, record.timestamp_ms, group_key, item_id, items, value, trace)
 
 
 def _retained(document: dict, shape: Shape, source: bytes) -> EventView:
@@ -357,6 +361,7 @@ def _decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Eve
             return _new(Event, (
                 _new(SourcePosition, (record.topic, record.partition, record.offset)), record.timestamp_ms,
                 document.group_key, document.item_id, _within_int64(items, names) if items else (), value,
+                None if not record.headers else trace_context(record.headers),
             ))
     return decode_exact(record, names, max_event_bytes)
 
@@ -382,7 +387,8 @@ def _decode_shaped(record: KafkaRecord, names: FieldNames, max_event_bytes: int)
                     view = None
                 if view is not None:
                     return _new(Event, (_new(SourcePosition, (record.topic, record.partition, record.offset)),
-                                        record.timestamp_ms, group, item, view, value))
+                                        record.timestamp_ms, group, item, view, value,
+                                        None if not record.headers else trace_context(record.headers)))
     return decode_exact(record, names, max_event_bytes)
 
 
