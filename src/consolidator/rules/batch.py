@@ -88,13 +88,6 @@ def batch_id(group_key: str, positions: Iterable[SourcePosition], epochs: Mappin
     return hashlib.sha256(b"".join(parts)).hexdigest()[:32]
 
 
-def batch_id_v1(group_key: str, positions: Iterable[SourcePosition]) -> str:
-    """The id batches were given before schema 9 (fields joined by tabs and newlines, no epoch).
-    Only to re-publish a batch claimed then: ids already assigned never change."""
-    lines = "".join(f"{p.topic}\t{p.partition}\t{p.offset}\n" for p in sorted(positions))
-    return hashlib.sha256(f"consolidator-batch-v1\n{group_key}\n{lines}".encode()).hexdigest()[:32]
-
-
 def ack_token(ack_key: bytes, batch_id: str) -> str:
     """The batch's ack token: 128 bits of HMAC-SHA256 of the batch id under ``ack_key``, hex.
     The same on every re-publish and in every engine (a function of the key and the id only)."""
@@ -156,8 +149,8 @@ def _view(items: tuple[tuple[str, int], ...] | EventView) -> EventView:
 
 def build_message(
     group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
-    *, ack_key: bytes | None = None, held_back_ms: int = 0, epochs: Mapping[str, int] | None = NO_EPOCHS,
-    shape: Shape | None = None,
+    *, ack_key: bytes | None = None, held_back_ms: int = 0, epochs: Mapping[str, int] = NO_EPOCHS,
+    assigned_id: str | None = None, shape: Shape | None = None,
 ) -> dict:
     """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
     position's items count; quantities are summed per sku across items. ``ack_key`` (completion
@@ -167,11 +160,14 @@ def build_message(
     its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1, or 2 when tracked); every
     other message is exactly v1, so consumers of v1 see no change while no rate limit holds a
     group back and tracking is off.
-    ``epochs``: the topics' epochs the batch id is computed with (:func:`batch_id`); ``None``
-    for a batch claimed before schema 9, whose id is :func:`batch_id_v1`. ``shape``: a generic
-    event shape gives the version 2 message (:func:`_build_shaped`)."""
+    ``assigned_id``: the id the batch was given when it was claimed (stored with it; ids once
+    assigned never change, so a re-publish sends it as it is); without one, the id is computed
+    from the members' positions and their topics' ``epochs`` (:func:`batch_id`). ``shape``: a
+    generic event shape gives the version 2 message (:func:`_build_shaped`)."""
+    positions = sorted(m.position for m in members)
+    id_ = assigned_id if assigned_id is not None else batch_id(group_key, positions, epochs)
     if shape is not None:
-        return _build_shaped(group_key, members, reason, flushed_at_ms, ack_key, held_back_ms, epochs, shape)
+        return _build_shaped(id_, group_key, members, reason, flushed_at_ms, ack_key, held_back_ms, shape)
     if not members:
         raise ValueError("a batch needs at least one member")
     newest_per_item = _newest_per_item(members)
@@ -179,10 +175,9 @@ def build_message(
     for member in newest_per_item.values():
         for sku, quantity in _pairs(member.items):
             quantities[sku] = quantities.get(sku, 0) + quantity
-    positions = sorted(m.position for m in members)
     message = {
         "schema_version": SCHEMA_VERSION,
-        "batch_id": batch_id_v1(group_key, positions) if epochs is None else batch_id(group_key, positions, epochs),
+        "batch_id": id_,
         "group_key": group_key,
         "flush_reason": str(reason),
         "item_ids": sorted(newest_per_item),
@@ -214,8 +209,8 @@ def _newest_per_item(members: Sequence[Member]) -> dict[str, Member]:
     return newest
 
 
-def _build_shaped(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
-                  ack_key: bytes | None, held_back_ms: int, epochs: Mapping[str, int] | None, shape: Shape) -> dict:
+def _build_shaped(id_: str, group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
+                  ack_key: bytes | None, held_back_ms: int, shape: Shape) -> dict:
     """The version 2 message: ``aggregates`` (each output of the shape over the newest event of
     each item, in source-position order) and every member (position order) with its item id
     and, when the shape carries a payload, its newest event (``event``). Optional fields:
@@ -225,7 +220,6 @@ def _build_shaped(group_key: str, members: Sequence[Member], reason: FlushReason
     newest = _newest_per_item(members)
     by_position = sorted(members, key=lambda m: m.position)
     events = [_view(m.items).event for m in sorted(newest.values(), key=lambda m: m.position)]
-    positions = [m.position for m in by_position]
     entries = []
     for m in by_position:
         entry = {**m.position.as_dict(), "item_id": m.item_id}
@@ -234,7 +228,7 @@ def _build_shaped(group_key: str, members: Sequence[Member], reason: FlushReason
         entries.append(entry)
     message = {
         "schema_version": SCHEMA_VERSION_SHAPED,
-        "batch_id": batch_id_v1(group_key, positions) if epochs is None else batch_id(group_key, positions, epochs),
+        "batch_id": id_,
         "group_key": group_key,
         "flush_reason": str(reason),
         "item_ids": sorted(newest),

@@ -30,7 +30,6 @@ from consolidator.store.connection import (
 )
 from consolidator.store.members import keys_table
 from consolidator.store.offsets import (
-    Mark,
     Partition,
     advance_marks,
     create_missing_marks,
@@ -95,7 +94,7 @@ class BufferStore(Connection):
             marks = lock_marks(cur, {(e.position.topic, e.position.partition) for e in events}
                                | {(p.topic, p.partition) for p in settled})
             high = {partition: mark.high_water for partition, mark in marks.items()}
-            fresh = _fresh(cur, events, marks, high)
+            fresh = _fresh(events, high)
             for topic, partition, offset in settled:
                 high[topic, partition] = max(high[topic, partition], offset)
             affected = sum(cur.execute(statement) for statement in _upsert_statements(cur, fresh, now_ms))
@@ -119,12 +118,9 @@ class BufferStore(Connection):
             chunk = next(chunks, None)  # the first decode overlaps the lock
             marks = create_missing_marks(cur, keys, marks_of(pipe.fetch())) if keys else {}
             high = {partition: mark.high_water for partition, mark in marks.items()}
-            ledger = any(mark.ledger_high_water is not None for mark in marks.values())
             while chunk is not None:
                 seen += len(chunk)
-                if ledger:
-                    affected += pipe.wait()  # the old ledger's statements (in _fresh) run one at a time
-                fresh = _fresh(cur, chunk, marks, high)
+                fresh = _fresh(chunk, high)
                 stored += len(fresh)
                 for statement in _upsert_statements(cur, fresh, now_ms):
                     affected += pipe.wait()
@@ -187,22 +183,15 @@ class BufferStore(Connection):
         return {state: n for state, n in sorted(counts.items()) if n}
 
 
-def _fresh(cur, events: Sequence[Event], marks: dict[Partition, Mark], high: dict[Partition, int]) -> list[Event]:
-    """The events of ``events`` that are not replays, raising ``high`` (the marks as of the
-    events before these) past them. Below a partition's old-ledger mark the ledger decides,
-    by statement (rare: re-deliveries of records from before the marks only)."""
+def _fresh(events: Sequence[Event], high: dict[Partition, int]) -> list[Event]:
+    """The events of ``events`` that are not replays (at or below ``high``, the marks as of the
+    events before these), raising ``high`` past them."""
     fresh: list[Event] = []
-    ledger: list[Event] = []
     for e in events:
         topic, partition, offset = e.position
         if offset > high[topic, partition]:
             high[topic, partition] = offset
             fresh.append(e)
-        elif marks[topic, partition].in_ledger_range(offset):
-            ledger.append(e)
-    if ledger:
-        new = record_applied(cur, [(e.position.sort_key(), e.bucket) for e in ledger])
-        fresh += [e for e, is_new in zip(ledger, new, strict=True) if is_new]
     return fresh
 
 
