@@ -11,7 +11,13 @@ fastest run of each counts (the machine may be shared). Around each timed phase 
 this process's own CPU (the Lambda side), and after the service phase it counts the rows of
 replay-protection state. Prints a table of figures, then one JSON line with
 ratio_vs_load_data, ratio_vs_per_record, server CPU per record and replay_state_rows.
-Not part of the test suite: `make bench-ingest`.
+With --variants it also times each fast path against the exact one it stands for, in the same
+run: the service with its pipelined store against the exact path alone (``pipeline_rows=0``),
+alternating with the others; and, per record (client CPU), the JSON decode (``decode`` against
+``decode_exact``), the generic shape's decode (``_decode_shaped`` against ``decode_exact``) and
+the MSK event reader (inline against ``parse_event(exact=True)``). Their ratios (fast / exact
+time, below 1 pays) are in the JSON line under ``variants``.
+Not part of the test suite: `make bench-ingest` (`BENCH_ARGS=--variants`).
 """
 
 from __future__ import annotations
@@ -31,13 +37,14 @@ import pymysql
 from generic import GENERIC_NAMES, GENERIC_RECORDS, generic_record
 from server_cpu import ServerCpu, per_record_us
 
+from consolidator.rules import events as event_rules
 from consolidator.rules.clock import SystemClock
 from consolidator.rules.events import FieldNames, KafkaRecord, decode, decode_exact
 from consolidator.services.ingest import IngestService
 from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sources.formats import RegistryValueDecoder, decode_event
 from consolidator.sources.formats.base import RegisteredSchema
-from consolidator.sources.msk import event_from_records
+from consolidator.sources.msk import event_from_records, parse_event
 from consolidator.store.databases import drop_owned_database, recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
@@ -114,11 +121,15 @@ def reset(store: MySQLStore) -> None:
 
 
 def run_service(store: MySQLStore, records: list[KafkaRecord], batch_size: int, dlq_dir: str,
-                names: FieldNames | None = None, values: RegistryValueDecoder | None = None) -> float:
+                names: FieldNames | None = None, values: RegistryValueDecoder | None = None,
+                pipeline_rows: int | None = None) -> float:
     """The ingest service over ``records`` (field ``names``; values in ``values``' format, None:
-    JSON), in MSK events of ``batch_size``; a new service, so a new schema cache, each run."""
+    JSON), in MSK events of ``batch_size``; a new service, so a new schema cache, each run.
+    ``pipeline_rows`` 0: the exact path only."""
     service = IngestService(store, FileDeadLetter(Path(dlq_dir) / "dlq.jsonl"),
                             names or FieldNames(), 256 * 1024, SystemClock(), values=values)
+    if pipeline_rows is not None:
+        service.pipeline_rows = pipeline_rows
     events = [event_from_records(records[i:i + batch_size]) for i in range(0, len(records), batch_size)]
     started = time.perf_counter()
     for event in events:
@@ -156,6 +167,41 @@ def run_per_record(store: MySQLStore, rows: list[tuple]) -> float:
     return time.perf_counter() - started
 
 
+def _cpu_us(run, count: int, repeat: int = 3) -> float:
+    """Client CPU per record of ``run()``, the fastest of ``repeat`` runs."""
+    best = None
+    for _ in range(repeat):
+        started = time.process_time()
+        run()
+        spent = time.process_time() - started
+        best = spent if best is None else min(best, spent)
+    return round(best * 1e6 / count, 3)
+
+
+def measure_variants(records: list[KafkaRecord], generic: list[KafkaRecord], batch_size: int,
+                     results: dict[str, float]) -> dict:
+    """Each fast path against the exact one, in this run: time ratios fast / exact (below 1 pays)."""
+    names, limit = FieldNames(), 256 * 1024
+    events = [event_from_records(records[i:i + batch_size]) for i in range(0, len(records), batch_size)]
+    pairs = {
+        "decode": (lambda: [decode(r, names, limit) for r in records],
+                   lambda: [decode_exact(r, names, limit) for r in records], len(records)),
+        "decode_shaped": (lambda: [event_rules._decode_shaped(r, GENERIC_NAMES, limit) for r in generic],
+                          lambda: [decode_exact(r, GENERIC_NAMES, limit) for r in generic], len(generic)),
+        "msk_reader": (lambda: [parse_event(e) for e in events],
+                       lambda: [parse_event(e, exact=True) for e in events], len(records)),
+    }
+    figures = {}
+    for name, (fast, exact, count) in pairs.items():
+        fast_us, exact_us = _cpu_us(fast, count), _cpu_us(exact, count)
+        figures[name] = {"fast_us_per_record": fast_us, "exact_us_per_record": exact_us,
+                         "fast_over_exact": round(fast_us / exact_us, 3)}
+    figures["ingest_pipelined"] = {"pipelined_records_per_s": round(results["service"]),
+                                   "exact_records_per_s": round(results["service_exact"]),
+                                   "exact_over_pipelined": round(results["service_exact"] / results["service"], 3)}
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=100_000)
@@ -168,6 +214,8 @@ def main() -> None:
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL",
                                                                  "mysql://root:@127.0.0.1:3306/consolidator_bench"))
     parser.add_argument("--save", type=Path, help="also write the JSON line to this file (for bench/capacity.py)")
+    parser.add_argument("--variants", action="store_true",
+                        help="also time each fast path against its exact one (see above)")
     args = parser.parse_args()
 
     params = ConnectionParams.from_url(args.database_url)
@@ -192,7 +240,9 @@ def main() -> None:
     phases = [("service", lambda: run_service(store, records, args.batch_size, tmp)),
               ("service_avro", lambda: run_service(store, avro_records, args.batch_size, tmp, values=avro_values())),
               ("load_data", lambda: run_load_data(store, rows, tmp)),
-              ("generic", lambda: run_service(store, generic, args.batch_size, tmp, GENERIC_NAMES))] * args.repeat
+              ("generic", lambda: run_service(store, generic, args.batch_size, tmp, GENERIC_NAMES)),
+              *([("service_exact", lambda: run_service(store, records, args.batch_size, tmp, pipeline_rows=0))]
+                if args.variants else [])] * args.repeat
     phases.append(("per_record", lambda: run_per_record(store, rows[: args.per_record_sample])))
     with tempfile.TemporaryDirectory() as tmp:
         for name, run in phases:
@@ -232,6 +282,8 @@ def main() -> None:
     def ratio(a, b):
         return None if a is None or b is None or not b else round(a / b, 2)
 
+    variants = measure_variants(records, generic, args.batch_size, results) if args.variants else None
+
     figures = {
         "records": len(records), "groups": args.groups, "batch_size": args.batch_size, "repeat": args.repeat,
         "partitions": len({r.partition for r in records}),
@@ -261,6 +313,7 @@ def main() -> None:
         "distinct_positions": len({r.position for r in records}),
         "buffer_rows": buffer_rows,
         "buffer_bytes_per_row": round(table_bytes / buffer_rows),
+        **({"variants": variants} if variants else {}),
         "targets": {"ratio_vs_load_data": 0.5, "avro_ratio_vs_json": 0.8, "ratio_vs_per_record": 5, "server_cpu_ratio_vs_load_data": 1.5,
                     "replay_state_rows": "partitions + a constant"},
     }

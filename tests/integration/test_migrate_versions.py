@@ -10,6 +10,7 @@ import hashlib
 import orjson
 import pytest
 from support import T0, record, sql
+from test_cli import cli, cli_json, env  # noqa: F401 - the CLI fixture
 
 from consolidator.rules.batch import batch_id, build_message
 from consolidator.rules.events import Event, FieldNames, decode
@@ -94,4 +95,21 @@ def test_db_migrate_brings_each_older_version_with_its_data_to_today(database_ur
     assert [m.position.offset for m in rest.members] == [3, 4, 5]
     assert store.mark_sent(rest.batch_id, T0 + 10)
     assert store.row_counts() == {"SENT": 5}
+    store.close()
+
+
+def test_db_migrate_asks_before_retiring_a_ledger_with_a_gap(env, database_url, monkeypatch):  # noqa: F811
+    """Version 3 with a ledger gap (offset 2 may still be re-delivered): `db migrate` applies
+    up to 11 and stops, exit 1, naming the partition and the flag; `--ledger-drained` retires it."""
+    store = migrated_to(database_url, 3, monkeypatch)
+    events = [decode(record(offset, order=f"A{offset}"), FieldNames(), 1024) for offset in (1, 3)]
+    write_as(store, 3, events, claimed=1)
+    refused = cli(env, "db", "migrate")
+    assert refused.exit_code == 1, refused.stdout
+    assert "'orders' partition 0: 1 offset(s) between 1 and 3 not in the ledger" in refused.stderr
+    assert "--ledger-drained" in refused.stderr
+    assert store.schema_version() == 11
+    assert cli_json(env, "db", "migrate", "--ledger-drained") == {"applied": [12], "schema_version": 12}
+    assert store.ingest([decode(record(2, order="A2"), FieldNames(), 1024)], T0).replayed == 1, \
+        "retired: the marks alone decide"
     store.close()

@@ -152,52 +152,69 @@ def build_message(
     *, ack_key: bytes | None = None, held_back_ms: int = 0, epochs: Mapping[str, int] = NO_EPOCHS,
     assigned_id: str | None = None, shape: Shape | None = None,
 ) -> dict:
-    """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
-    position's items count; quantities are summed per sku across items. ``ack_key`` (completion
-    tracking on): the batch is sealed for completion tracking; the message says so, carries its
-    ``ack_token`` (:func:`ack_token`), each ``members`` entry carries its item id (member i =
-    i-th entry, what acks name by index), and ``schema_minor: 2`` (v1.2). A group held back by
-    its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1, or 2 when tracked); every
-    other message is exactly v1, so consumers of v1 see no change while no rate limit holds a
-    group back and tracking is off.
+    """The batch message, the one builder of every engine. Rows of the same item (one per
+    monthly bucket) coalesce: the newest position's row counts.
+
+    The reference shape (``shape`` None) gives version 1: quantities summed per sku across
+    items, ``members`` the positions. ``ack_key`` (completion tracking on): the batch is sealed
+    for completion tracking; the message says so, carries its ``ack_token`` (:func:`ack_token`),
+    each ``members`` entry carries its item id (member i = i-th entry, what acks name by index),
+    and ``schema_minor: 2`` (v1.2). A group held back by its rate limit adds ``held_back_ms`` and
+    ``schema_minor: 1`` (v1.1, or 2 when tracked); every other message is exactly v1, so
+    consumers of v1 see no change while no rate limit holds a group back and tracking is off.
+
+    A generic event shape gives version 2: ``aggregates`` (each output of the shape over the
+    newest event of each item, in source-position order) and every member (position order) with
+    its item id and, when the shape carries a payload, its newest event (``event``). Optional
+    fields: ``held_back_ms`` (no minor version), ``completion_tracking`` and ``ack_token``.
+
     ``assigned_id``: the id the batch was given when it was claimed (stored with it; ids once
     assigned never change, so a re-publish sends it as it is); without one, the id is computed
-    from the members' positions and their topics' ``epochs`` (:func:`batch_id`). ``shape``: a
-    generic event shape gives the version 2 message (:func:`_build_shaped`)."""
-    positions = sorted(m.position for m in members)
-    id_ = assigned_id if assigned_id is not None else batch_id(group_key, positions, epochs)
-    if shape is not None:
-        return _build_shaped(id_, group_key, members, reason, flushed_at_ms, ack_key, held_back_ms, shape)
+    from the members' positions and their topics' ``epochs`` (:func:`batch_id`)."""
     if not members:
         raise ValueError("a batch needs at least one member")
-    newest_per_item = _newest_per_item(members)
-    quantities: dict[str, int] = {}
-    for member in newest_per_item.values():
-        for sku, quantity in _pairs(member.items):
-            quantities[sku] = quantities.get(sku, 0) + quantity
+    by_position = sorted(members, key=_position_of)
+    newest = _newest_per_item(members)
     message = {
-        "schema_version": SCHEMA_VERSION,
-        "batch_id": id_,
+        "batch_id": assigned_id if assigned_id is not None else batch_id(group_key, map(_position_of, by_position),
+                                                                         epochs),
         "group_key": group_key,
         "flush_reason": str(reason),
-        "item_ids": sorted(newest_per_item),
-        "items": [{"sku": sku, "quantity": quantities[sku]} for sku in sorted(quantities)],
-        "item_count": len(newest_per_item),
+        "item_ids": sorted(newest),
+        "item_count": len(newest),
         "event_count": sum(m.merged_events for m in members),
         "first_event_at": iso_ms(min(m.first_seen_ms for m in members)),
         "last_event_at": iso_ms(max(m.last_update_ms for m in members)),
         "flushed_at": iso_ms(flushed_at_ms),
-        "members": [p.as_dict() for p in positions],
     }
+    if shape is None:
+        quantities: dict[str, int] = {}
+        for member in newest.values():
+            for sku, quantity in _pairs(member.items):
+                quantities[sku] = quantities.get(sku, 0) + quantity
+        message["schema_version"] = SCHEMA_VERSION
+        message["items"] = [{"sku": sku, "quantity": quantities[sku]} for sku in sorted(quantities)]
+        message["members"] = ([{**m.position.as_dict(), "item_id": m.item_id} for m in by_position]
+                              if ack_key is not None else [m.position.as_dict() for m in by_position])
+        if ack_key is not None or held_back_ms > 0:
+            message["schema_minor"] = SCHEMA_MINOR_TRACKED if ack_key is not None else SCHEMA_MINOR_HELD_BACK
+    else:
+        events = [_view(m.items).event for m in sorted(newest.values(), key=_position_of)]
+        message["schema_version"] = SCHEMA_VERSION_SHAPED
+        message["aggregates"] = aggregate(shape, events)
+        message["members"] = [{**m.position.as_dict(), "item_id": m.item_id}
+                              | ({"event": payload_of(_view(m.items), shape)} if shape.carries_payload else {})
+                              for m in by_position]
     if held_back_ms > 0:
-        message |= {"schema_minor": SCHEMA_MINOR_HELD_BACK, "held_back_ms": held_back_ms}
+        message["held_back_ms"] = held_back_ms
     if ack_key is not None:
-        item_of = {m.position: m.item_id for m in members}
-        message["schema_minor"] = SCHEMA_MINOR_TRACKED
         message["completion_tracking"] = True
         message["ack_token"] = ack_token(ack_key, message["batch_id"])
-        message["members"] = [{**p.as_dict(), "item_id": item_of[p]} for p in positions]
     return message
+
+
+def _position_of(member: Member) -> SourcePosition:
+    return member.position
 
 
 def _newest_per_item(members: Sequence[Member]) -> dict[str, Member]:
@@ -207,45 +224,6 @@ def _newest_per_item(members: Sequence[Member]) -> dict[str, Member]:
         if current is None or member.position > current.position:
             newest[member.item_id] = member
     return newest
-
-
-def _build_shaped(id_: str, group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
-                  ack_key: bytes | None, held_back_ms: int, shape: Shape) -> dict:
-    """The version 2 message: ``aggregates`` (each output of the shape over the newest event of
-    each item, in source-position order) and every member (position order) with its item id
-    and, when the shape carries a payload, its newest event (``event``). Optional fields:
-    ``held_back_ms`` (no minor version), ``completion_tracking`` and ``ack_token``."""
-    if not members:
-        raise ValueError("a batch needs at least one member")
-    newest = _newest_per_item(members)
-    by_position = sorted(members, key=lambda m: m.position)
-    events = [_view(m.items).event for m in sorted(newest.values(), key=lambda m: m.position)]
-    entries = []
-    for m in by_position:
-        entry = {**m.position.as_dict(), "item_id": m.item_id}
-        if shape.carries_payload:
-            entry["event"] = payload_of(_view(m.items), shape)
-        entries.append(entry)
-    message = {
-        "schema_version": SCHEMA_VERSION_SHAPED,
-        "batch_id": id_,
-        "group_key": group_key,
-        "flush_reason": str(reason),
-        "item_ids": sorted(newest),
-        "aggregates": aggregate(shape, events),
-        "item_count": len(newest),
-        "event_count": sum(m.merged_events for m in members),
-        "first_event_at": iso_ms(min(m.first_seen_ms for m in members)),
-        "last_event_at": iso_ms(max(m.last_update_ms for m in members)),
-        "flushed_at": iso_ms(flushed_at_ms),
-        "members": entries,
-    }
-    if held_back_ms > 0:
-        message["held_back_ms"] = held_back_ms
-    if ack_key is not None:
-        message["completion_tracking"] = True
-        message["ack_token"] = ack_token(ack_key, message["batch_id"])
-    return message
 
 
 def batch_aggregates(group_key: str, members: Sequence[Member], shape: Shape | None = None) -> dict[str, object]:
