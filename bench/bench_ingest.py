@@ -12,11 +12,9 @@ this process's own CPU (the Lambda side), and after the service phase it counts 
 replay-protection state. Prints a table of figures, then one JSON line with
 ratio_vs_load_data, ratio_vs_per_record, server CPU per record and replay_state_rows.
 With --variants it also times each fast path against the exact one it stands for, in the same
-run: the service with its pipelined store against the exact path alone (``pipeline_rows=0``),
-alternating with the others; and, per record (client CPU), the JSON decode (``decode`` against
-``decode_exact``), the generic shape's decode (``_decode_shaped`` against ``decode_exact``) and
-the MSK event reader (inline against ``parse_event(exact=True)``). Their ratios (fast / exact
-time, below 1 pays) are in the JSON line under ``variants``.
+run, per record (client CPU, the fastest of three): the JSON decode (``decode`` against
+``decode_exact``) and the MSK event reader (inline against ``parse_event(exact=True)``). Their
+ratios (fast / exact time, below 1 pays) are in the JSON line under ``variants``.
 Not part of the test suite: `make bench-ingest` (`BENCH_ARGS=--variants`).
 """
 
@@ -37,7 +35,6 @@ import pymysql
 from generic import GENERIC_NAMES, GENERIC_RECORDS, generic_record
 from server_cpu import ServerCpu, per_record_us
 
-from consolidator.rules import events as event_rules
 from consolidator.rules.clock import SystemClock
 from consolidator.rules.events import FieldNames, KafkaRecord, decode, decode_exact
 from consolidator.services.ingest import IngestService
@@ -121,15 +118,11 @@ def reset(store: MySQLStore) -> None:
 
 
 def run_service(store: MySQLStore, records: list[KafkaRecord], batch_size: int, dlq_dir: str,
-                names: FieldNames | None = None, values: RegistryValueDecoder | None = None,
-                pipeline_rows: int | None = None) -> float:
+                names: FieldNames | None = None, values: RegistryValueDecoder | None = None) -> float:
     """The ingest service over ``records`` (field ``names``; values in ``values``' format, None:
-    JSON), in MSK events of ``batch_size``; a new service, so a new schema cache, each run.
-    ``pipeline_rows`` 0: the exact path only."""
+    JSON), in MSK events of ``batch_size``; a new service, so a new schema cache, each run."""
     service = IngestService(store, FileDeadLetter(Path(dlq_dir) / "dlq.jsonl"),
                             names or FieldNames(), 256 * 1024, SystemClock(), values=values)
-    if pipeline_rows is not None:
-        service.pipeline_rows = pipeline_rows
     events = [event_from_records(records[i:i + batch_size]) for i in range(0, len(records), batch_size)]
     started = time.perf_counter()
     for event in events:
@@ -178,16 +171,13 @@ def _cpu_us(run, count: int, repeat: int = 3) -> float:
     return round(best * 1e6 / count, 3)
 
 
-def measure_variants(records: list[KafkaRecord], generic: list[KafkaRecord], batch_size: int,
-                     results: dict[str, float]) -> dict:
+def measure_variants(records: list[KafkaRecord], batch_size: int) -> dict:
     """Each fast path against the exact one, in this run: time ratios fast / exact (below 1 pays)."""
     names, limit = FieldNames(), 256 * 1024
     events = [event_from_records(records[i:i + batch_size]) for i in range(0, len(records), batch_size)]
     pairs = {
         "decode": (lambda: [decode(r, names, limit) for r in records],
                    lambda: [decode_exact(r, names, limit) for r in records], len(records)),
-        "decode_shaped": (lambda: [event_rules._decode_shaped(r, GENERIC_NAMES, limit) for r in generic],
-                          lambda: [decode_exact(r, GENERIC_NAMES, limit) for r in generic], len(generic)),
         "msk_reader": (lambda: [parse_event(e) for e in events],
                        lambda: [parse_event(e, exact=True) for e in events], len(records)),
     }
@@ -196,9 +186,6 @@ def measure_variants(records: list[KafkaRecord], generic: list[KafkaRecord], bat
         fast_us, exact_us = _cpu_us(fast, count), _cpu_us(exact, count)
         figures[name] = {"fast_us_per_record": fast_us, "exact_us_per_record": exact_us,
                          "fast_over_exact": round(fast_us / exact_us, 3)}
-    figures["ingest_pipelined"] = {"pipelined_records_per_s": round(results["service"]),
-                                   "exact_records_per_s": round(results["service_exact"]),
-                                   "exact_over_pipelined": round(results["service_exact"] / results["service"], 3)}
     return figures
 
 
@@ -240,9 +227,7 @@ def main() -> None:
     phases = [("service", lambda: run_service(store, records, args.batch_size, tmp)),
               ("service_avro", lambda: run_service(store, avro_records, args.batch_size, tmp, values=avro_values())),
               ("load_data", lambda: run_load_data(store, rows, tmp)),
-              ("generic", lambda: run_service(store, generic, args.batch_size, tmp, GENERIC_NAMES)),
-              *([("service_exact", lambda: run_service(store, records, args.batch_size, tmp, pipeline_rows=0))]
-                if args.variants else [])] * args.repeat
+              ("generic", lambda: run_service(store, generic, args.batch_size, tmp, GENERIC_NAMES))] * args.repeat
     phases.append(("per_record", lambda: run_per_record(store, rows[: args.per_record_sample])))
     with tempfile.TemporaryDirectory() as tmp:
         for name, run in phases:
@@ -282,7 +267,7 @@ def main() -> None:
     def ratio(a, b):
         return None if a is None or b is None or not b else round(a / b, 2)
 
-    variants = measure_variants(records, generic, args.batch_size, results) if args.variants else None
+    variants = measure_variants(records, args.batch_size) if args.variants else None
 
     figures = {
         "records": len(records), "groups": args.groups, "batch_size": args.batch_size, "repeat": args.repeat,
