@@ -37,6 +37,7 @@ from consolidator.rules.events import MAX_QUANTITY, SourcePosition
 from consolidator.rules.policy import FlushReason, Policy
 from consolidator.rules.shape import (
     INT64_MAX,
+    REFERENCE_SHAPE,
     EventView,
     Shape,
     aggregate,
@@ -116,13 +117,13 @@ def iso_ms(epoch_ms: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class MessageOptions:
-    """What, besides its members, decides a message's size: the event shape (None: version 1),
+    """What, besides its members, decides a message's size: the event shape (the reference: version 1),
     completion tracking (item ids and the ack token) and a rate limit (``held_back_ms``). The
     byte cap is applied to the message with every optional field these allow, at its widest,
     counted as the sink counts a body (``measure``: the policy's ``measure_body``; the encoded
     bytes as they are, or as the sink writes them)."""
 
-    shape: Shape | None = None
+    shape: Shape = REFERENCE_SHAPE
     tracked: bool = False
     rate_limited: bool = False
     measure: Callable[[bytes], int] = len
@@ -150,12 +151,12 @@ def _view(items: tuple[tuple[str, int], ...] | EventView) -> EventView:
 def build_message(
     group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
     *, ack_key: bytes | None = None, held_back_ms: int = 0, epochs: Mapping[str, int] = NO_EPOCHS,
-    assigned_id: str | None = None, shape: Shape | None = None,
+    assigned_id: str | None = None, shape: Shape = REFERENCE_SHAPE,
 ) -> dict:
     """The batch message, the one builder of every engine. Rows of the same item (one per
     monthly bucket) coalesce: the newest position's row counts.
 
-    The reference shape (``shape`` None) gives version 1: quantities summed per sku across
+    The reference shape (the default) gives version 1: quantities summed per sku across
     items, ``members`` the positions. ``ack_key`` (completion tracking on): the batch is sealed
     for completion tracking; the message says so, carries its ``ack_token`` (:func:`ack_token`),
     each ``members`` entry carries its item id (member i = i-th entry, what acks name by index),
@@ -187,7 +188,7 @@ def build_message(
         "last_event_at": iso_ms(max(m.last_update_ms for m in members)),
         "flushed_at": iso_ms(flushed_at_ms),
     }
-    if shape is None:
+    if shape.is_reference:
         quantities: dict[str, int] = {}
         for member in newest.values():
             for sku, quantity in _pairs(member.items):
@@ -226,12 +227,12 @@ def _newest_per_item(members: Sequence[Member]) -> dict[str, Member]:
     return newest
 
 
-def batch_aggregates(group_key: str, members: Sequence[Member], shape: Shape | None = None) -> dict[str, object]:
+def batch_aggregates(group_key: str, members: Sequence[Member], shape: Shape = REFERENCE_SHAPE) -> dict[str, object]:
     """What the message of a batch of ``members`` computes, by :func:`build_message` itself: the
-    version 2 ``aggregates``, or for the reference shape (``shape`` None) its ``items`` under the
+    version 2 ``aggregates``, or for the reference shape its ``items`` under the
     default output's name (``{"items": [...]}``). For operators' views of a stored batch."""
     message = build_message(group_key, members, FlushReason.IDLE, 0, shape=shape)
-    return message["aggregates"] if shape is not None else {"items": message["items"]}
+    return {"items": message["items"]} if shape.is_reference else message["aggregates"]
 
 
 def encode(message: dict) -> bytes:
@@ -258,7 +259,7 @@ def message_bytes_bound(group_key: str, members: Sequence[Member], options: Mess
     counted as if each character were a 6-byte JSON escape (the most any sink writes for one:
     the SQS sink's escapes are 6 bytes too), every number at its widest. A generic shape has
     no cheap bound (its members carry events): the bound is then infinite."""
-    if options.shape is not None:
+    if not options.shape.is_reference:
         return 1 << 62
     size = 512 + 6 * len(group_key)  # fixed fields, keys, batch id, times, counts
     size += 160 if options.tracked or options.rate_limited else 0  # ack token, flags, held-back time
@@ -312,7 +313,7 @@ def prefix_fits(group_key: str, members: Sequence[Member], reason: FlushReason, 
     return fits
 
 
-def bounded_prefix(members: Sequence[Member], shape: Shape | None = None) -> int:
+def bounded_prefix(members: Sequence[Member], shape: Shape = REFERENCE_SHAPE) -> int:
     """How many of ``members`` (claim order) the next batch takes before a quantity it sums
     would pass ``MAX_QUANTITY`` (2**63-1): members are taken one by one, as
     :func:`build_message` counts them (the newest row of each item), and the first that would
@@ -321,7 +322,7 @@ def bounded_prefix(members: Sequence[Member], shape: Shape | None = None) -> int
     members together fit (always, unless quantities reach 10**18 or so). A generic ``shape``:
     the longest prefix (:func:`fit_count`) whose outputs all stay within bounds
     (:func:`~consolidator.rules.shape.within_bounds`: integers within int64, doubles finite)."""
-    if shape is not None:
+    if not shape.is_reference:
         if bounds_safe(shape, [_view(x.items).event for x in members]):
             return len(members)  # every prefix fits (shape_bounds): what probing gives, without it
         return fit_count(lambda m: within_bounds(aggregate(shape, [

@@ -26,7 +26,7 @@ import orjson
 from consolidator.rules.errors import ConsolidatorError
 from consolidator.rules.literals import exact_document
 from consolidator.rules.printable import echoed
-from consolidator.rules.shape import EventView, Shape, ValueFault, retain
+from consolidator.rules.shape import REFERENCE_SHAPE, EventView, Shape, ValueFault, retain
 
 # Records, positions and events are NamedTuples: immutable, ordered like tuples, and several
 # times cheaper to build than frozen dataclasses on the ingest hot path.
@@ -69,17 +69,17 @@ class KafkaRecord(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class FieldNames:
     """Where the group key, item id and items live in the JSON value (configuration), and the
-    event shape (:mod:`consolidator.rules.shape`): None is the reference shape (``items`` summed per
-    ``sku``, no member payload, the version 1 message); a :class:`~consolidator.rules.shape.Shape`
-    makes each event keep what that shape reads (:class:`~consolidator.rules.shape.EventView`) and the
-    items fields unused."""
+    event shape (:mod:`consolidator.rules.shape`): the reference shape by default (``items`` summed
+    per ``sku``, no member payload, the version 1 message); a generic
+    :class:`~consolidator.rules.shape.Shape` makes each event keep what that shape reads
+    (:class:`~consolidator.rules.shape.EventView`) and the items fields unused."""
 
     group_key: str = "location_id"
     item_id: str = "order_id"
     items: str = "items"
     sku: str = "sku"
     quantity: str = "quantity"
-    shape: Shape | None = None
+    shape: Shape = REFERENCE_SHAPE
 
 
 class Event(NamedTuple):
@@ -239,7 +239,7 @@ def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -
     group_key = _identifier(group, names.group_key, PoisonReason.MISSING_GROUP_KEY, PoisonReason.BAD_GROUP_KEY)
     item_id = _identifier(item, names.item_id, PoisonReason.MISSING_ITEM_ID, PoisonReason.BAD_ITEM_ID)
     position = SourcePosition(record.topic, record.partition, record.offset)
-    if names.shape is not None:
+    if not names.shape.is_reference:
         return Event(position, record.timestamp_ms, group_key, item_id, _retained(document, names.shape, value), value)
     try:
         items = _items(document.get(names.items), names)
@@ -273,7 +273,7 @@ def _build_fast_decoders(names: FieldNames) -> _FastDecoders | None:
     """Typed decoders of a valid event for the configured field names, strictly (identifiers
     as strings only: an integer identifier takes the exact path). None when the names collide
     or a generic shape is configured (the exact path keeps what it reads)."""
-    if names.shape is not None or len({names.group_key, names.item_id, names.items}) < 3 or names.sku == names.quantity:
+    if not names.shape.is_reference or len({names.group_key, names.item_id, names.items}) < 3 or names.sku == names.quantity:
         return None
 
     def decoder(forbid_unknown_fields: bool) -> msgspec.json.Decoder:
