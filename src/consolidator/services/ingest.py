@@ -120,7 +120,7 @@ class IngestService:
         cut = PartitionCut()
         if self.values is not None:
             self.values.begin_invocation()
-        self._ingest_exact(records, rejected, outcome, cut)
+        self._decode_and_store(records, rejected, outcome, cut)
         if cut:
             positions = [*(r.position for r in records), *(r.position for r in rejected if r.position is not None)]
             outcome.failed = list(dict.fromkeys(
@@ -135,7 +135,7 @@ class IngestService:
             self.metrics.add_metric(name=name, unit="Count", value=value)
         return outcome
 
-    def _ingest_exact(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected],
+    def _decode_and_store(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected],
                       outcome: IngestOutcome, cut: PartitionCut) -> None:
         """Decode everything, dead-letter the poison, then store the rest (:meth:`_store`)."""
         now = self.clock.now_ms()
