@@ -92,6 +92,17 @@ def v1_batch_id(group_key: str, positions) -> str:
     return hashlib.sha256(f"consolidator-batch-v1\n{group_key}\n{lines}".encode()).hexdigest()[:32]
 
 
+def write_rows_as_before(store, events) -> None:
+    """Rows as versions before the trace context (schema 12) wrote them: one PENDING row per
+    event, the columns those versions had (today's ingest writes columns they lack)."""
+    for e in events:
+        sql(store, "INSERT INTO buffer_rows (bucket, group_key, item_id, pos_key, src_topic, src_partition,"
+                   " src_offset, record_ts_ms, items, first_seen_ms, last_update_ms)"
+                   " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (e.bucket, e.group_key, e.item_id, e.position.sort_key(), *e.position, e.timestamp_ms,
+             json.dumps(e.items), T0, T0))
+
+
 def claim_as_before_schema_8(store, size: int, group_key: str = "WH-42") -> str:
     """Claim the group's oldest PENDING rows as versions 1-7 did: the rows carry the batch id,
     the batch row has no member keys, and the id is the v1 formula (no epochs: ``id_epochs`` NULL).
@@ -115,7 +126,7 @@ def test_migration_7_keeps_the_states_of_a_version_6_database(database_url, cloc
     monkeypatch.setattr(schema, "_migrations", lambda *args: every(*args)[:6])
     assert store.migrate(T0) == [1, 2, 3, 4, 5, 6]
     events = [decode(record(i, order=f"A{i}"), FieldNames(), 1024) for i in range(1, 8)]
-    store.ingest(events, T0)
+    write_rows_as_before(store, events)
     ids = {}
     for state, size in (("SENT", 2), ("DEAD", 2), ("CLAIMED", 2)):
         ids[state] = claim_as_before_schema_8(store, size)
@@ -152,7 +163,7 @@ def test_migration_8_keys_the_batches_still_read_and_drops_ix_batch(database_url
     every = schema._migrations
     monkeypatch.setattr(schema, "_migrations", lambda *args: every(*args)[:7])
     assert store.migrate(T0) == [1, 2, 3, 4, 5, 6, 7]
-    store.ingest([decode(record(i, order=f"A{i}"), FieldNames(), 1024) for i in range(1, 9)], T0)
+    write_rows_as_before(store, [decode(record(i, order=f"A{i}"), FieldNames(), 1024) for i in range(1, 9)])
     ids = {state: claim_as_before_schema_8(store, size) for state, size in (("SENT", 2), ("DEAD", 2), ("CLAIMED", 3))}
     sql(store, "UPDATE batches SET state = 'SENT' WHERE batch_id = %s", (ids["SENT"],))
     sql(store, "UPDATE batches SET state = 'DEAD' WHERE batch_id = %s", (ids["DEAD"],))
@@ -191,7 +202,7 @@ def test_a_batch_claimed_by_an_older_version_after_migration_8_gets_its_keys_fro
     every = schema._migrations
     monkeypatch.setattr(schema, "_migrations", lambda *args: every(*args)[:10])
     assert store.migrate(T0) == list(range(1, 11))
-    ingest(store, clock, orders(5, groups=1))
+    write_rows_as_before(store, [decode(r, FieldNames(), 1024) for r in orders(5, groups=1)])
     claimed = claim_as_before_schema_8(store, 3, group_key="WH-0")
     partition = f"p{bucket_of(T0)}"
     monkeypatch.setattr(schema, "_migrations", every)
