@@ -8,7 +8,7 @@ print exactly one JSON document on stdout.
 
 from __future__ import annotations
 
-from consolidator.cli import demo, flush, status, worker  # noqa: F401 (they register their commands)
+from consolidator.cli import batch_find, demo, flush, status, worker  # noqa: F401 (they register their commands)
 from consolidator.cli import ingest as _ingest  # noqa: F401 (registers `ingest`)
 from consolidator.cli.base import app
 from consolidator.cli.batch import batch_app
