@@ -53,3 +53,25 @@ def test_watch_orders_pending_groups_by_when_they_flush_and_says_why(flush_env, 
 
     bad = cli(watch_env, "status", "--watch", "--interval", "0")
     assert bad.exit_code == 2 and "0.1" in bad.stderr
+
+
+def test_watch_stops_cleanly_on_ctrl_c_and_refreshes_in_place_on_a_terminal(env, migrated, monkeypatch):  # noqa: F811
+    from consolidator.cli import status_watch
+
+    _ingest(migrated, NOW - 400_000, 1, "A", "WH-1")
+
+    def interrupted(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(status_watch.time, "sleep", interrupted)  # Ctrl-C while waiting for the next refresh
+    piped = cli(env, "status", "--watch")  # --count 0: until Ctrl-C
+    assert piped.exit_code == 0, piped.stderr
+    assert sum(line.startswith("--- ") for line in piped.stdout.splitlines()) == 1
+    assert "pending WH-1: 1 row(s)" in piped.stdout and piped.stderr == ""
+
+    monkeypatch.setattr(status_watch, "on_terminal", lambda: True)
+    monkeypatch.setattr(status_watch.out, "_force_terminal", True)  # rich Live draws as on a terminal
+    live = cli(env, "status", "--watch")
+    assert live.exit_code == 0, live.stderr
+    assert "pending groups (next to flush first)" in live.stdout and "due now (idle)" in live.stdout
+    assert "--- " not in live.stdout  # tables refreshed in place, not blocks of lines

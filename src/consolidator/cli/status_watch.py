@@ -107,6 +107,11 @@ def view(d: dict) -> Group:
     return Group(_headline(d), pending, recent, dead)
 
 
+def on_terminal() -> bool:
+    """Whether stdout is a terminal (a live view), whatever FORCE_COLOR says (a pipe gets lines)."""
+    return out.file.isatty()
+
+
 def watch(settings, *, interval_s: float, count: int, limit: int, as_json: bool) -> None:
     """Refresh every ``interval_s`` seconds, ``count`` times (0: until Ctrl-C)."""
     store, policy = store_for(settings), settings.policy()
@@ -121,7 +126,7 @@ def watch(settings, *, interval_s: float, count: int, limit: int, as_json: bool)
             yield snapshot(store, policy, limit)
 
     try:
-        if out.is_terminal and not as_json:
+        if on_terminal() and not as_json:
             from rich.live import Live
 
             with Live(console=out, auto_refresh=False) as live:
