@@ -8,6 +8,7 @@ import json
 from support import record
 from test_cli import NOW, cli, cli_json, env, flush_env, migrated  # noqa: F401 (fixtures)
 
+from consolidator.rules.clock import SystemClock
 from consolidator.rules.events import FieldNames, decode
 
 
@@ -17,23 +18,24 @@ def _ingest(store, at_ms: int, offset: int, order: str, location: str) -> None:
 
 
 def test_watch_orders_pending_groups_by_when_they_flush_and_says_why(flush_env, migrated):  # noqa: F811
+    now = SystemClock().now_ms()  # the CLI's wall clock (test_cli's NOW is when the module was imported)
     limited = flush_env | {"CONSOLIDATOR_MAX_BATCH_SIZE": "1", "CONSOLIDATOR_DEBOUNCE_SECONDS": "0.001"}
     cli_json(limited, "limits", "set", "WH-1", "--batches", "1", "--per", "3600")
-    _ingest(migrated, NOW, 1, "A", "WH-1")
-    _ingest(migrated, NOW, 2, "B", "WH-1")
+    _ingest(migrated, now, 1, "A", "WH-1")
+    _ingest(migrated, now, 2, "B", "WH-1")
     published = cli_json(limited, "flush", "--once")["published"]
     assert [b["group_key"] for b in published] == ["WH-1"]  # the other WH-1 row is throttled for an hour
-    _ingest(migrated, NOW - 1_700_000, 3, "C", "WH-2")  # hard window (1800 s) in about 100 s
-    _ingest(migrated, NOW - 10_000, 4, "D", "WH-2")
-    _ingest(migrated, NOW - 400_000, 5, "E", "WH-3")  # idle past the debounce (300 s): due now
-    _ingest(migrated, NOW - 100_000, 6, "F", "WH-4")  # idle in about 200 s
+    _ingest(migrated, now - 1_700_000, 3, "C", "WH-2")  # hard window (1800 s) in about 100 s
+    _ingest(migrated, now - 10_000, 4, "D", "WH-2")
+    _ingest(migrated, now - 400_000, 5, "E", "WH-3")  # idle past the debounce (300 s): due now
+    _ingest(migrated, now - 100_000, 6, "F", "WH-4")  # idle in about 200 s
     watch_env = flush_env | {"CONSOLIDATOR_DEBOUNCE_SECONDS": "300", "CONSOLIDATOR_HARD_WINDOW_SECONDS": "1800"}
 
     (line,) = cli(watch_env, "status", "--watch", "--count", "1", "--json").stdout.splitlines()
     document = json.loads(line)
     assert [(g["group_key"], g["reason"]) for g in document["groups"]] == [
         ("WH-3", "idle"), ("WH-2", "hard_window"), ("WH-4", "idle"), ("WH-1", "idle")]
-    assert document["groups"][3]["throttled_until_ms"] >= NOW + 3_500_000
+    assert document["groups"][3]["throttled_until_ms"] >= now + 3_500_000
     assert document["pending_groups"] == 4 and document["oldest_pending_age_s"] >= 1_700
     assert [(b["group_key"], b["state"]) for b in document["recent_batches"]] == [("WH-1", "SENT")]
     assert document["dead_batches"] == []
@@ -58,7 +60,7 @@ def test_watch_orders_pending_groups_by_when_they_flush_and_says_why(flush_env, 
 def test_watch_stops_cleanly_on_ctrl_c_and_refreshes_in_place_on_a_terminal(env, migrated, monkeypatch):  # noqa: F811
     from consolidator.cli import status_watch
 
-    _ingest(migrated, NOW - 400_000, 1, "A", "WH-1")
+    _ingest(migrated, SystemClock().now_ms() - 400_000, 1, "A", "WH-1")
 
     def interrupted(seconds: float) -> None:
         raise KeyboardInterrupt
