@@ -12,23 +12,26 @@ from consolidator.rules.clock import SystemClock
 from consolidator.rules.events import FieldNames, decode
 
 
-def _ingest(store, at_ms: int, offset: int, order: str, location: str) -> None:
-    store.ingest([decode(record(offset, order=order, location=location, timestamp_ms=NOW), FieldNames(), 1 << 20)],
-                 at_ms)
+def _ingest(store, at_ms: int, offset: int, order: str, location: str, timestamp_ms: int = NOW) -> None:
+    store.ingest([decode(record(offset, order=order, location=location, timestamp_ms=timestamp_ms), FieldNames(),
+                         1 << 20)], at_ms)
 
 
 def test_watch_orders_pending_groups_by_when_they_flush_and_says_why(flush_env, migrated):  # noqa: F811
     now = SystemClock().now_ms()  # the CLI's wall clock (test_cli's NOW is when the module was imported)
-    limited = flush_env | {"CONSOLIDATOR_MAX_BATCH_SIZE": "1", "CONSOLIDATOR_DEBOUNCE_SECONDS": "0.001"}
+    limited = flush_env | {"CONSOLIDATOR_MAX_BATCH_SIZE": "1", "CONSOLIDATOR_DEBOUNCE_SECONDS": "0.001",
+                           "CONSOLIDATOR_EVENT_TTL_SECONDS": "3600"}
     cli_json(limited, "limits", "set", "WH-1", "--batches", "1", "--per", "3600")
-    _ingest(migrated, now, 1, "A", "WH-1")
-    _ingest(migrated, now, 2, "B", "WH-1")
-    published = cli_json(limited, "flush", "--once")["published"]
-    assert [b["group_key"] for b in published] == ["WH-1"]  # the other WH-1 row is throttled for an hour
-    _ingest(migrated, now - 1_700_000, 3, "C", "WH-2")  # hard window (1800 s) in about 100 s
-    _ingest(migrated, now - 10_000, 4, "D", "WH-2")
-    _ingest(migrated, now - 400_000, 5, "E", "WH-3")  # idle past the debounce (300 s): due now
-    _ingest(migrated, now - 100_000, 6, "F", "WH-4")  # idle in about 200 s
+    _ingest(migrated, now, 1, "A", "WH-1", timestamp_ms=now)
+    _ingest(migrated, now, 2, "B", "WH-1", timestamp_ms=now)
+    _ingest(migrated, now, 3, "G", "WH-9", timestamp_ms=now - 7_200_000)  # over the TTL: a dead letter
+    once = cli_json(limited, "flush", "--once")
+    assert [b["group_key"] for b in once["published"]] == ["WH-1"]  # the other WH-1 row is throttled for an hour
+    assert once["expired"] == 1
+    _ingest(migrated, now - 1_700_000, 4, "C", "WH-2")  # hard window (1800 s) in about 100 s
+    _ingest(migrated, now - 10_000, 5, "D", "WH-2")
+    _ingest(migrated, now - 400_000, 6, "E", "WH-3")  # idle past the debounce (300 s): due now
+    _ingest(migrated, now - 100_000, 7, "F", "WH-4")  # idle in about 200 s
     watch_env = flush_env | {"CONSOLIDATOR_DEBOUNCE_SECONDS": "300", "CONSOLIDATOR_HARD_WINDOW_SECONDS": "1800"}
 
     (line,) = cli(watch_env, "status", "--watch", "--count", "1", "--json").stdout.splitlines()
@@ -37,8 +40,10 @@ def test_watch_orders_pending_groups_by_when_they_flush_and_says_why(flush_env, 
         ("WH-3", "idle"), ("WH-2", "hard_window"), ("WH-4", "idle"), ("WH-1", "idle")]
     assert document["groups"][3]["throttled_until_ms"] >= now + 3_500_000
     assert document["pending_groups"] == 4 and document["oldest_pending_age_s"] >= 1_700
-    assert [(b["group_key"], b["state"]) for b in document["recent_batches"]] == [("WH-1", "SENT")]
-    assert document["dead_batches"] == []
+    assert sorted((b["group_key"], b["state"]) for b in document["recent_batches"]) == [
+        ("WH-1", "SENT"), ("WH-9", "EXPIRED")]
+    assert document["dead_batches"] == 0
+    assert [(b["group_key"], b["state"], b["member_count"]) for b in document["dead_letters"]] == [("WH-9", "EXPIRED", 1)]
 
     result = cli(watch_env, "status", "--watch", "--count", "2", "--interval", "0.1")
     assert result.exit_code == 0, result.stderr
@@ -52,6 +57,7 @@ def test_watch_orders_pending_groups_by_when_they_flush_and_says_why(flush_env, 
     assert "throttled until " in pending[3]
     assert "\x1b" not in result.stdout  # no terminal codes when piped
     assert any(line.startswith("batch ") and "WH-1: SENT" in line for line in block)
+    assert any(line.startswith("dead letter ") and "WH-9: expired rows, 1 member(s)" in line for line in block)
 
     bad = cli(watch_env, "status", "--watch", "--interval", "0")
     assert bad.exit_code == 2 and "0.1" in bad.stderr

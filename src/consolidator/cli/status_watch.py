@@ -4,7 +4,9 @@ Each refresh reads the database (never writes): the pending groups ordered by wh
 theirs can be claimed, each with its reason-to-be as the flush policy decides it
 (:func:`consolidator.services.due.pending_outlook` calls :func:`consolidator.rules.policy.next_due`:
 "idle in N s", "hard window in M s", "full", "throttled until T"), the oldest pending age,
-the newest batches and the dead ones. On a terminal the view refreshes in place (rich Live);
+the newest batches, and the newest dead letters the database knows of (dead batches and the
+expiry records of rows over the TTL; poison records are only in the dead-letter destination:
+``consolidator dlq list``). On a terminal the view refreshes in place (rich Live);
 piped, each refresh is a block of plain lines headed ``--- <time>`` (with ``--json``, one JSON
 document per line). Ctrl-C stops it with exit 0.
 """
@@ -19,7 +21,7 @@ from rich.table import Table
 from consolidator.cli.base import age_text, emit_json, out, store_for, wall_clock_ms
 from consolidator.rules.batch import iso_ms
 
-RECENT = 10  # newest batches and dead batches shown per refresh
+RECENT = 10  # newest batches and dead letters shown per refresh
 
 
 def _in(now_ms: int, at_ms: int) -> str:
@@ -46,6 +48,9 @@ def snapshot(store, policy, limit: int) -> dict:
     groups = pending_outlook(store, policy, now)
     oldest = min((g.stats.oldest_first_seen_ms for g in groups), default=None)
     recent = store.batch_views(limit=RECENT)
+    dead = store.batch_views(state="DEAD", limit=RECENT) + store.batch_views(state="EXPIRED", limit=RECENT)
+    dead.sort(key=lambda v: (v.finished_at_ms or v.claimed_at_ms, v.batch_id), reverse=True)
+    counts = store.batch_counts()
     return {
         "now_ms": now,
         "pending_groups": len(groups),
@@ -61,14 +66,24 @@ def snapshot(store, policy, limit: int) -> dict:
              "member_count": v.member_count, "claimed_at_ms": v.claimed_at_ms, "finished_at_ms": v.finished_at_ms}
             for v in recent
         ],
-        "dead_batches": store.batches_in_state("DEAD", RECENT),
+        "dead_letters": [
+            {"batch_id": v.batch_id, "group_key": v.group_key, "state": v.state, "member_count": v.member_count,
+             "attempts": v.attempts, "at_ms": v.finished_at_ms or v.claimed_at_ms, "last_error": v.last_error}
+            for v in dead[:RECENT]
+        ],
+        "dead_batches": counts.get("DEAD", 0),
     }
 
 
 def _headline(d: dict) -> str:
     oldest = "-" if d["oldest_pending_age_s"] is None else f"{d['oldest_pending_age_s']:.0f}s"
     return (f"{iso_ms(d['now_ms'])}: {d['pending_groups']} pending group(s), oldest pending {oldest},"
-            f" {len(d['dead_batches'])} dead batch(es) shown")
+            f" {d['dead_batches']} dead batch(es)")
+
+
+def _dead_text(b: dict) -> str:
+    what = "dead batch" if b["state"] == "DEAD" else "expired rows"
+    return f"{what}, {b['member_count']} member(s)" + (f": {b['last_error']}" if b["last_error"] else "")
 
 
 def plain_lines(d: dict) -> list[str]:
@@ -79,8 +94,8 @@ def plain_lines(d: dict) -> list[str]:
               f" {reason_text(g, now)}" for g in d["groups"]]
     lines += [f"batch {b['batch_id']} {b['group_key']}: {b['state']} ({b['reason']}), {b['member_count']} member(s),"
               f" claimed {age_text(now, b['claimed_at_ms'])} ago" for b in d["recent_batches"]]
-    lines += [f"dead {b['batch_id']} {b['group_key']}: {b['member_count']} member(s), {b['attempts']} attempt(s),"
-              f" last error: {(b['last_error'] or '')[:120]}" for b in d["dead_batches"]]
+    lines += [f"dead letter {b['batch_id']} {b['group_key']}: {_dead_text(b)[:160]}, {age_text(now, b['at_ms'])} ago"
+              for b in d["dead_letters"]]
     return lines
 
 
@@ -98,12 +113,11 @@ def view(d: dict) -> Group:
     for b in d["recent_batches"]:
         recent.add_row(b["batch_id"], b["group_key"], b["state"], b["reason"], str(b["member_count"]),
                        age_text(now, b["claimed_at_ms"]) + " ago")
-    dead = Table(title="dead batches")
-    for column in ("batch id", "group", "members", "attempts", "last error"):
+    dead = Table(title="dead letters (dead batches, expired rows)")
+    for column in ("batch id", "group", "what", "when"):
         dead.add_column(column)
-    for b in d["dead_batches"]:
-        dead.add_row(b["batch_id"], b["group_key"], str(b["member_count"]), str(b["attempts"]),
-                     (b["last_error"] or "")[:60])
+    for b in d["dead_letters"]:
+        dead.add_row(b["batch_id"], b["group_key"], _dead_text(b)[:80], age_text(now, b["at_ms"]) + " ago")
     return Group(_headline(d), pending, recent, dead)
 
 
