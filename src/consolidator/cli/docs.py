@@ -33,7 +33,7 @@ def metrics(
 ) -> None:
     """Write the metrics reference from the one list of metrics and of panels
     (src/consolidator/services/metrics.py, panels.py): every metric's EMF and Prometheus name,
-    unit, kind and meaning, and the dashboard panels."""
+    unit, kind and meaning, and the dashboard panels. Needs no CONSOLIDATOR_* variable."""
     from consolidator.services.metrics_reference import reference_page
 
     _write_or_check(out, reference_page(), "the list of metrics", check)
@@ -46,7 +46,7 @@ def grafana(
     check: CheckOption = False,
 ) -> None:
     """Write the Grafana dashboard of the worker's metrics from the panel list the CloudWatch
-    dashboard is built from (src/consolidator/services/panels.py)."""
+    dashboard is built from (src/consolidator/services/panels.py). Needs no CONSOLIDATOR_* variable."""
     from consolidator.services.panels import grafana_json
 
     _write_or_check(out, grafana_json(), "the panel list", check)
