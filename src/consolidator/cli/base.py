@@ -141,7 +141,7 @@ class _Root(TyperGroup):
 ROOT_HELP = (
     "Operate the Consolidator buffer: db (schema), status, flush, ingest (a local file), kafka (a local"
     " Kafka), dlq (dead letters), batch (completion tracking), limits (rate limits), offsets (replay"
-    " marks), partitions, demo, worker (the long-running consumer service), spark (Spark jobs). Settings"
+    " marks), partitions, docs (generated pages), demo, worker (the long-running consumer service), spark (Spark jobs). Settings"
     " come from CONSOLIDATOR_* variables: each command's --help names the ones it reads."
 )
 
