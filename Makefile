@@ -47,7 +47,7 @@ bench-flush: setup
 	$(PY) bench/bench_flush.py $(BENCH_ARGS)
 
 # The worker against the ingest service fed directly, LOAD DATA, a backlog's memory, the latency
-# of quiet groups (docs/worker.md); a quick functional run:
+# of quiet groups (docs/guide/worker.md); a quick functional run:
 # `make bench-worker BENCH_ARGS="--records 20000 --backlog 50000 --repeat 1"`
 bench-worker: setup
 	$(PY) bench/bench_worker.py $(BENCH_ARGS)
@@ -59,13 +59,14 @@ setup-flink:
 bench-replay: setup setup-flink
 	$(PY) bench/bench_replay.py $(BENCH_ARGS)
 
-# docs/capacity.md from the saved benchmark JSON lines (bench/results/, one file per run:
+# docs/benchmarks/capacity.md from the saved benchmark JSON lines (bench/results/, one file per run:
 # `make bench-ingest BENCH_ARGS="--save bench/results/ingest-1.json"`); SERVER_CPU=thread
 # when the database server was shared during the runs
 SERVER_CPU ?= process
 capacity: setup
 	$(PY) bench/capacity.py --server-cpu $(SERVER_CPU) --ingest bench/results/ingest-*.json \
-	  --flush bench/results/flush-*.json --stream $(wildcard bench/results/stream-*.json) > docs/capacity.md
+	  --flush bench/results/flush-*.json --worker $(wildcard bench/results/worker-*.json) \
+	  --stream $(wildcard bench/results/stream-*.json) > docs/benchmarks/capacity.md
 
 bench-acks: setup
 	$(PY) bench/bench_acks.py
@@ -75,7 +76,7 @@ bench-stream: setup setup-flink
 # EMR Serverless (none of it in `make test`; each downloads from PyPI, by hash, on first use):
 # the job's Python environment archive for the construct's release (build/emr/), a real
 # spark-submit with an archive of the same layout built for this machine, and the Spark tests
-# on the release's Spark (4.0.2). See docs/spark.md.
+# on the release's Spark (4.0.2). See docs/guide/spark.md.
 emr-archive: setup
 	$(PY) infra/emr_archive.py
 emr-check: setup

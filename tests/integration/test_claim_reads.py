@@ -1,4 +1,4 @@
-"""A claim the byte cap splits reads each of its rows once (issue 26, point 6): the rows read
+"""A claim the byte cap splits reads each of its rows once: the rows read
 with their items grow linearly with the claim, not quadratically, and the batches are the ones
 :func:`consolidator.rules.batch.split_to_fit` makes of the whole claim."""
 

@@ -33,7 +33,7 @@ def test_batch_id_is_deterministic_and_order_independent():
 
 
 def test_batch_ids_of_different_inputs_differ_whatever_the_group_key_holds():
-    """Issue 26 point 7: the v1 input joined fields with tabs and newlines, which a group key may
+    """The v1 input joined fields with tabs and newlines, which a group key may
     hold, so a group key could swallow a member's position line and take another batch's id."""
     orders = [SourcePosition("orders", 0, 5), SourcePosition("orders", 0, 6)]
     assert batch_id("G", orders) != batch_id("G\norders\t0\t5", orders[1:])

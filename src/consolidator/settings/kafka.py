@@ -42,7 +42,7 @@ WORKER_OWNED = {
 }
 # Consumer defaults of the worker (the pass-through map may change them): a new group starts at
 # the oldest record (nothing produced before the first start is skipped), and the prefetch queue
-# is bounded, so a backlog of millions of records holds a few tens of MB (docs/worker.md).
+# is bounded, so a backlog of millions of records holds a few tens of MB (docs/guide/worker.md).
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "auto.offset.reset": "earliest",
     "queued.max.messages.kbytes": 16_384,
