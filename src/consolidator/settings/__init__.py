@@ -31,7 +31,7 @@ from consolidator.settings.base import (
 )
 from consolidator.settings.connections import SINK_TIMEOUT_MAX_SECONDS, sink_timeout_seconds
 from consolidator.settings.loading import load_settings, unknown_variables
-from consolidator.settings.lookup import allowed_range, check_setting, setting_field
+from consolidator.settings.lookup import allowed_range, check_setting, deployed_settings, setting_field
 from consolidator.settings.models import (
     AckSettings,
     BatchViewSettings,
@@ -99,6 +99,7 @@ __all__ = [
     "check_setting",
     "check_sink_url",
     "check_windows",
+    "deployed_settings",
     "known_variables",
     "load_settings",
     "mask",

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import TypeAdapter, ValidationError
 
-from consolidator.settings.base import ENV_PREFIX, all_models, field_range
+from consolidator.settings.base import ENV_PREFIX, all_models, field_range, reach
 
 
 def setting_field(name: str) -> tuple[type, object]:
@@ -38,3 +38,10 @@ def check_setting(name: str, value: object) -> object:
         wrong = "is not a number" if exc.errors()[0]["type"].endswith("_parsing") else "is out of range"
         raise ValueError(f"{shown} {wrong}: allowed {allowed_range(name)}"
                          f" (as {ENV_PREFIX}{name.upper()})") from None
+
+
+def deployed_settings() -> tuple[str, ...]:
+    """The settings a CDK environment file carries (declared ``reaches(deployed=True)``), in
+    declaration order: the stack passes each to every function whose model declares it."""
+    return tuple(dict.fromkeys(name for model in all_models() for name, info in model.model_fields.items()
+                               if reach(info)["deployed"]))
