@@ -24,7 +24,13 @@ from pydantic import (
 )
 
 from consolidator.rules.shape import parse_outputs, parse_payload
-from consolidator.settings import ENV_PREFIX, check_glue_format, check_windows, deployed_settings, setting_field
+from consolidator.settings import (
+    ENV_PREFIX,
+    check_glue_format,
+    check_windows,
+    deployed_settings,
+    setting_field,
+)
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
 

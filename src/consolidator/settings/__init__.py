@@ -31,7 +31,12 @@ from consolidator.settings.base import (
 )
 from consolidator.settings.connections import SINK_TIMEOUT_MAX_SECONDS, sink_timeout_seconds
 from consolidator.settings.loading import load_settings, unknown_variables
-from consolidator.settings.lookup import allowed_range, check_setting, deployed_settings, setting_field
+from consolidator.settings.lookup import (
+    allowed_range,
+    check_setting,
+    deployed_settings,
+    setting_field,
+)
 from consolidator.settings.models import (
     AckSettings,
     BatchViewSettings,
