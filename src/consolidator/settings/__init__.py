@@ -47,13 +47,15 @@ from consolidator.settings.models import (
     FlushSettings,
     IngestSettings,
     LimitSettings,
-    MigrateSettings,
     PolicySettings,
     ReplaySettings,
     StreamSettings,
     WorkerFlushSettings,
     WorkerIngestSettings,
     WorkerSettings,
+)
+from consolidator.settings.models import (
+    MigrateSettings as MigrateSettings,  # importable, not listed in __all__
 )
 from consolidator.settings.policy import MAX_RATE_PERIOD_SECONDS, WINDOWS_RULE, check_windows
 from consolidator.settings.urls import (
@@ -87,7 +89,6 @@ __all__ = [
     "FlushSettings",
     "IngestSettings",
     "LimitSettings",
-    "MigrateSettings",
     "PolicySettings",
     "ReplaySettings",
     "StreamSettings",

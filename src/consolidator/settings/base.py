@@ -48,13 +48,14 @@ SECRET = {"secret": True}
 # - ``spark``: the ``consolidator spark`` commands that take it as an option, ``--`` + its name
 #   with dashes unless ``option`` names it otherwise (consolidator.cli.spark.options);
 # - ``grid``: ``spark replay`` takes comma-separated candidates of it (one policy each).
-SPARK_COMMANDS = ("stream", "replay")
+SPARK_COMMANDS = ("stream", "replay")  # the commands that run a policy
+_SPARK = (*SPARK_COMMANDS, "emr-submit")
 
 
 def reaches(*, deployed: bool = False, spark: tuple[str, ...] = (), grid: bool = False,
             option: str | None = None, **extra: object) -> dict[str, object]:
     """The ``json_schema_extra`` of a setting that reaches further than its variable (see above)."""
-    if unknown := set(spark) - set(SPARK_COMMANDS):
+    if unknown := set(spark) - set(_SPARK):
         raise ValueError(f"no spark command {sorted(unknown)}")
     return {**extra, "deployed": deployed, "spark": tuple(spark), "grid": grid, "option": option}
 

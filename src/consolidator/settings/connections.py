@@ -67,7 +67,7 @@ class _Sink(Root):
         json_schema_extra=reaches(spark=("stream",)))
     max_batch_bytes: int | None = Field(
         None, gt=0, le=100_000_000,
-        description="Cap on one encoded batch message; a due claim is split into batches under it. "
-                    "Default: the sink's per-message limit. Must not exceed that limit.",
+        description="Cap on one encoded batch message (unset: the sink's per-message limit, which it must not"
+                    " exceed); a due claim is split into batches under it",
         json_schema_extra=reaches(spark=("stream",)),
     )

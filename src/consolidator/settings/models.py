@@ -164,9 +164,15 @@ class ReplaySettings(_Policy, _Format, _Fields):
 class EmrSettings(Root):
     """What ``consolidator spark emr-submit`` needs (the EMR construct's outputs)."""
 
-    emr_application_id: str = Field(min_length=1, max_length=64, pattern=r"^[0-9a-z]+$",
-                                    description="the EMR Serverless application (the EMR construct's output)")
-    emr_job_role_arn: str = Field(pattern=r"^arn:aws[a-z-]*:iam::\d*:role/\S+$",
-                                  description="the streaming job's execution role (the EMR construct's output)")
-    emr_bucket: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]+$",
-                            description="the EMR construct's bucket (code/, checkpoints/, logs/)")
+    emr_application_id: str = Field(
+        min_length=1, max_length=64, pattern=r"^[0-9a-z]+$",
+        json_schema_extra=reaches(spark=("emr-submit",), option="--application-id"),
+        description="the EMR Serverless application (the EMR construct's output)")
+    emr_job_role_arn: str = Field(
+        pattern=r"^arn:aws[a-z-]*:iam::\d*:role/\S+$",
+        json_schema_extra=reaches(spark=("emr-submit",), option="--execution-role-arn"),
+        description="the streaming job's execution role (the EMR construct's output)")
+    emr_bucket: str = Field(
+        min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]+$",
+        json_schema_extra=reaches(spark=("emr-submit",), option="--bucket"),
+        description="Bucket of the EMR construct (code/, checkpoints/, logs/)")

@@ -36,11 +36,11 @@ class _Policy(Root):
         description="a group is due when idle this long (no new event)")
     hard_window_seconds: Seconds = Field(
         1800, le=31 * DAY_SECONDS, json_schema_extra=reaches(deployed=True, spark=SPARK_COMMANDS, grid=True),
-        description="... or when its oldest pending row is this old, however busy the group; at least"
-                    " DEBOUNCE_SECONDS (a shorter one is refused: the debounce would never apply)")
+        description="a group is due at the latest when its oldest pending row is this old, however busy the group;"
+                    " at least DEBOUNCE_SECONDS (a shorter one is refused: the debounce would never apply)")
     max_batch_size: int = Field(
         500, gt=0, le=10_000, json_schema_extra=reaches(deployed=True, spark=SPARK_COMMANDS, grid=True),
-        description="... or when it has this many pending rows; also the most rows one batch takes")
+        description="a group is due as soon as it has this many pending rows; also the most rows one batch takes")
     tick_interval_seconds: Seconds = Field(
         30, le=900, json_schema_extra=reaches(deployed=True, spark=("replay",)),
         description="time between ticks inside one flush invocation, and the replay's tick grid (a CDK"
