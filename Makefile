@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 # The layering contracts of pyproject.toml ([tool.importlinter]); infra/ holds consolidator_infra
 LINT_IMPORTS := PYTHONPATH=infra .venv/bin/lint-imports --no-logo
 
-.PHONY: setup setup-demo setup-flink test demo bench bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
+.PHONY: setup setup-demo setup-flink test demo docs bench bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
 
 setup:
 	@bash scripts/setup.sh test
@@ -27,6 +27,11 @@ test: setup
 
 demo: setup-demo
 	.venv/bin/consolidator demo
+
+# The pages written from the code: docs/reference/configuration.md from the settings' declarations
+# (a test fails when the committed page differs)
+docs: setup
+	.venv/bin/consolidator docs config
 
 bench: bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker
 

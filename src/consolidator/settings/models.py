@@ -1,7 +1,10 @@
 """The settings model of each runtime: what one Lambda function, CLI command, Spark job or the
-worker reads, composed of the concerns it needs (each declared once, in its own module)."""
+worker reads, composed of the concerns it needs (each declared once, in its own module).
+``USED_BY`` names the runtime for the configuration reference (``CLI``: operator commands only)."""
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from pydantic import Field, field_validator
 
@@ -18,9 +21,13 @@ from consolidator.settings.worker import _WorkerIngest, _WorkerProcess
 class IngestSettings(_DeadLetter, _Format, _Fields, _Base):
     """What the ingest function needs."""
 
+    USED_BY: ClassVar[str] = "ingest"
+
 
 class FlushSettings(_Policy, _Sink, _DeadLetter, _Fields, _Base):
     """What the flush function needs."""
+
+    USED_BY: ClassVar[str] = "flush"
 
     redis_url: RedisUrl = Field(repr=False, description="redis://host:6379/0 or rediss:// for TLS: the flush lock")
     redis_auth_secret_arn: SecretArn | None = Field(
@@ -45,11 +52,15 @@ class FlushSettings(_Policy, _Sink, _DeadLetter, _Fields, _Base):
 class PolicySettings(_Policy, _Base):
     """The database and the flush policy, nothing else."""
 
+    USED_BY: ClassVar[str] = "CLI"
+
 
 class FlushDryRunSettings(FlushSettings):
     """What ``flush --dry-run`` reads: every flush setting, each checked as ``flush --once``
     checks it, so a dry run that passes means the flush starts; the destinations may be unset
     (a dry run needs only the database)."""
+
+    USED_BY: ClassVar[str] = "CLI"
 
     sink_url: SinkUrl | None = Field(None, repr=False, description=FlushSettings.model_fields["sink_url"].description)
     dead_letter_url: DeadLetterUrl | None = Field(
@@ -60,9 +71,13 @@ class FlushDryRunSettings(FlushSettings):
 class LimitSettings(_Policy, _Base):
     """What ``consolidator limits`` and ``status`` need: the database and the default rate limit."""
 
+    USED_BY: ClassVar[str] = "CLI"
+
 
 class CleanupSettings(_Base):
     """What the cleanup function needs."""
+
+    USED_BY: ClassVar[str] = "cleanup"
 
     retention_months: int = Field(
         3, ge=1, le=120, json_schema_extra=reaches(deployed=True),
@@ -80,6 +95,8 @@ class MigrateSettings(CleanupSettings):
     """What the migrate function needs: the master user's database settings, and the secret of
     each function's own database user (consolidator.store.users.GRANTS names the roles)."""
 
+    USED_BY: ClassVar[str] = "migrate"
+
     database_users: dict[str, SecretArn] = Field(
         default_factory=dict,
         description='JSON {"ingest": "<secret ARN>", "flush": ..., "acks": ..., "cleanup": ...}: after the schema,'
@@ -92,9 +109,13 @@ class BatchViewSettings(_Fields, _Base):
     """What ``consolidator batch show`` and ``batch list`` read: the database, and the event shape
     (field names, ``AGGREGATE``, ``MEMBER_PAYLOAD``) a batch's aggregates are computed with."""
 
+    USED_BY: ClassVar[str] = "CLI"
+
 
 class CompletionSettings(_Base):
     """What reading completion trackers needs (``consolidator batch list``)."""
+
+    USED_BY: ClassVar[str] = "CLI"
 
     completion_deadline_seconds: Seconds = Field(
         3600, le=365 * 86_400, description="a sent batch not complete this long after its seal is overdue"
@@ -104,6 +125,8 @@ class CompletionSettings(_Base):
 
 class AckSettings(CompletionSettings):
     """What the acks function (and ``consolidator batch ack``) needs."""
+
+    USED_BY: ClassVar[str] = "acks"
 
     completion_sink_url: SinkUrl = Field(
         repr=False, description="kafka://, sqs://, events:// or file:// destination of completion messages"
@@ -116,6 +139,8 @@ class AckSettings(CompletionSettings):
 class StreamSettings(_Policy, _Sink, _DeadLetter, _Format, _Fields, _KafkaBootstrap):
     """What ``consolidator spark stream`` needs (its options override these, same names and units).
     Kafka (KAFKA_BOOTSTRAP, SOURCE_TOPIC) is the source unless the command reads files (``--input``)."""
+
+    USED_BY: ClassVar[str] = "spark stream"
 
     source_topic: KafkaTopic | None = Field(
         None, description="the topic the streaming job reads",
@@ -147,22 +172,32 @@ class WorkerIngestSettings(_WorkerIngest, _KafkaConsumer, IngestSettings):
     """What ``consolidator worker --role ingest`` needs: the Kafka source and the ingest service's
     settings (docs/worker.md)."""
 
+    USED_BY: ClassVar[str] = "worker"
+
 
 class WorkerFlushSettings(_WorkerProcess, FlushSettings):
     """What ``consolidator worker --role flush`` needs: the flush service's settings."""
 
+    USED_BY: ClassVar[str] = "worker"
+
 
 class WorkerSettings(_WorkerIngest, _KafkaConsumer, _Format, FlushSettings):
     """What ``consolidator worker`` (``--role all``) needs: both of the above."""
+
+    USED_BY: ClassVar[str] = "worker"
 
 
 class ReplaySettings(_Policy, _Format, _Fields):
     """What ``consolidator spark replay`` needs: the policy (each grid candidate is checked as an
     override of it) and the field names."""
 
+    USED_BY: ClassVar[str] = "spark replay"
+
 
 class EmrSettings(Root):
     """What ``consolidator spark emr-submit`` needs (the EMR construct's outputs)."""
+
+    USED_BY: ClassVar[str] = "spark emr-submit"
 
     emr_application_id: str = Field(
         min_length=1, max_length=64, pattern=r"^[0-9a-z]+$",
