@@ -149,10 +149,13 @@ def replay_grid(params: dict) -> tuple[list, object]:
     from consolidator.spark.replay import NamedPolicy, policy_name
 
     options = {name: option_flag(name, info) for name, info in ReplaySettings.model_fields.items()}
-    grid = {name: _candidates(params.get(name), options[name], info.annotation,
-                              "integers" if info.annotation is int else "seconds")
-            for name, info in grid_settings(ReplaySettings).items()}
-    grid["rate"] = _candidates(params.get("rate_limit"), "--rate-limit", _rate, "N/SECONDS or none")
+    grid, gridded = {}, grid_settings(ReplaySettings)
+    for name, info in ReplaySettings.model_fields.items():  # in declaration order: the order of the policies
+        if name == "rate_limit_batches":  # --rate-limit: candidates of both rate settings at once
+            grid["rate"] = _candidates(params.get("rate_limit"), "--rate-limit", _rate, "N/SECONDS or none")
+        elif name in gridded:
+            grid[name] = _candidates(params.get(name), options[name], info.annotation,
+                                     "integers" if info.annotation is int else "seconds")
     policies, first, left_out = {}, None, 0
     for values in itertools.product(*grid.values()):
         combo = dict(zip(grid, values, strict=True))
