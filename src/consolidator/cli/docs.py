@@ -18,7 +18,8 @@ def config(
     check: Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 when the page differs.")] = False,
 ) -> None:
     """Write the configuration reference from the settings' declarations
-    (src/consolidator/settings/): every variable, its default, bounds, doc line and runtimes."""
+    (src/consolidator/settings/): every variable, its default, bounds, doc line and runtimes.
+    Needs no CONSOLIDATOR_* variable."""
     from consolidator.settings.reference import configuration_reference
 
     text = configuration_reference()
