@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 # The layering contracts of pyproject.toml ([tool.importlinter]); infra/ holds consolidator_infra
 LINT_IMPORTS := PYTHONPATH=infra .venv/bin/lint-imports --no-logo
 
-.PHONY: setup setup-demo setup-flink test demo docs bench bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
+.PHONY: setup setup-demo setup-flink test demo docs bench bench-ingest bench-tracing bench-flush bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
 
 setup:
 	@bash scripts/setup.sh test
@@ -33,10 +33,14 @@ demo: setup-demo
 docs: setup
 	.venv/bin/consolidator docs config
 
-bench: bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker
+bench: bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker bench-tracing
 
 bench-ingest: setup
 	$(PY) bench/bench_ingest.py $(BENCH_ARGS)
+
+# The ingest service with tracing off and on (bench/bench_tracing.py): on >= 0.95x off
+bench-tracing: setup
+	$(PY) bench/bench_tracing.py $(BENCH_ARGS)
 
 bench-flush: setup
 	$(PY) bench/bench_flush.py $(BENCH_ARGS)

@@ -51,7 +51,8 @@ class ConsolidatorStack(Stack):
 
         self.functions = FunctionFactory(
             self, "Functions", network=self.network, log_retention_days=fn.log_retention_days,
-            log_level=fn.log_level, removal_policy=removal, policy=policy,  # the deployed settings
+            log_level=fn.log_level, removal_policy=removal, tracing_layer_arn=fn.tracing_layer_arn,
+            policy=policy,  # the deployed settings
             environment={f"{P}ENVIRONMENT": config.name},  # the metrics' environment dimension
         )
         dead_letter = {f"{P}DEAD_LETTER_URL": self.dead_letters.url}

@@ -400,3 +400,20 @@ def test_migrations_run_on_deploy_after_the_database(env):
                 and r["Properties"]["SourceSecurityGroupId"] == {"Fn::GetAtt": [migrate_sg, "GroupId"]})
     assert rule in trigger["DependsOn"]  # it can reach MySQL when it runs
 
+
+
+def test_tracing_is_wired_per_environment(env):
+    """An environment with a collector layer: every function carries it and the standard OTEL_*
+    variables (OTLP over HTTP to the extension); without one, no OTEL_* variable and no layer."""
+    from consolidator_infra.functions import otel_environment
+
+    layer = env.config.functions.tracing_layer_arn
+    for name in ("ingest", "flush", "cleanup"):
+        properties = _function(env, getattr(env.stack, name))
+        variables = properties["Environment"]["Variables"]
+        if layer is None:
+            assert "Layers" not in properties and not any(k.startswith("OTEL_") for k in variables)
+        else:
+            assert properties["Layers"] == [layer]
+            assert {k: v for k, v in variables.items() if k.startswith("OTEL_")} == otel_environment(name)
+    assert (env.config.name == "staging") == (layer is not None)

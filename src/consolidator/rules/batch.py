@@ -157,7 +157,7 @@ def _view(items: tuple[tuple[str, int], ...] | EventView) -> EventView:
 def build_message(
     group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
     *, ack_key: bytes | None = None, held_back_ms: int = 0, epochs: Mapping[str, int] | None = NO_EPOCHS,
-    shape: Shape | None = None,
+    shape: Shape | None = None, event_times: bool = False,
 ) -> dict:
     """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
     position's items count; quantities are summed per sku across items. ``ack_key`` (completion
@@ -169,9 +169,13 @@ def build_message(
     group back and tracking is off.
     ``epochs``: the topics' epochs the batch id is computed with (:func:`batch_id`); ``None``
     for a batch claimed before schema 9, whose id is :func:`batch_id_v1`. ``shape``: a generic
-    event shape gives the version 2 message (:func:`_build_shaped`)."""
+    event shape gives the version 2 message (:func:`_build_shaped`). ``event_times`` (an event
+    time field is configured): ``first_event_at`` and ``last_event_at`` are the earliest and the
+    latest event time of the members' newest events (:func:`event_span`), else the first and
+    last time an event of the batch was ingested."""
     if shape is not None:
-        return _build_shaped(group_key, members, reason, flushed_at_ms, ack_key, held_back_ms, epochs, shape)
+        return _build_shaped(group_key, members, reason, flushed_at_ms, ack_key, held_back_ms, epochs, shape,
+                             event_times)
     if not members:
         raise ValueError("a batch needs at least one member")
     newest_per_item = _newest_per_item(members)
@@ -189,8 +193,7 @@ def build_message(
         "items": [{"sku": sku, "quantity": quantities[sku]} for sku in sorted(quantities)],
         "item_count": len(newest_per_item),
         "event_count": sum(m.merged_events for m in members),
-        "first_event_at": iso_ms(min(m.first_seen_ms for m in members)),
-        "last_event_at": iso_ms(max(m.last_update_ms for m in members)),
+        **event_span(members, event_times),
         "flushed_at": iso_ms(flushed_at_ms),
         "members": [p.as_dict() for p in positions],
     }
@@ -205,6 +208,18 @@ def build_message(
     return message
 
 
+def event_span(members: Sequence[Member], event_times: bool) -> dict[str, str]:
+    """``first_event_at`` and ``last_event_at`` of a batch: with ``event_times``, the earliest and
+    latest ``record_ts_ms`` (the event time ingest stored) of the members; else the earliest
+    first-seen and the latest last-update time (when events of the batch were ingested)."""
+    if event_times:
+        stamps = [m.record_ts_ms for m in members if m.record_ts_ms is not None]
+        if len(stamps) == len(members):
+            return {"first_event_at": iso_ms(min(stamps)), "last_event_at": iso_ms(max(stamps))}
+    return {"first_event_at": iso_ms(min(m.first_seen_ms for m in members)),
+            "last_event_at": iso_ms(max(m.last_update_ms for m in members))}
+
+
 def _newest_per_item(members: Sequence[Member]) -> dict[str, Member]:
     newest: dict[str, Member] = {}
     for member in members:
@@ -215,7 +230,8 @@ def _newest_per_item(members: Sequence[Member]) -> dict[str, Member]:
 
 
 def _build_shaped(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
-                  ack_key: bytes | None, held_back_ms: int, epochs: Mapping[str, int] | None, shape: Shape) -> dict:
+                  ack_key: bytes | None, held_back_ms: int, epochs: Mapping[str, int] | None, shape: Shape,
+                  event_times: bool = False) -> dict:
     """The version 2 message: ``aggregates`` (each output of the shape over the newest event of
     each item, in source-position order) and every member (position order) with its item id
     and, when the shape carries a payload, its newest event (``event``). Optional fields:
@@ -241,8 +257,7 @@ def _build_shaped(group_key: str, members: Sequence[Member], reason: FlushReason
         "aggregates": aggregate(shape, events),
         "item_count": len(newest),
         "event_count": sum(m.merged_events for m in members),
-        "first_event_at": iso_ms(min(m.first_seen_ms for m in members)),
-        "last_event_at": iso_ms(max(m.last_update_ms for m in members)),
+        **event_span(members, event_times),
         "flushed_at": iso_ms(flushed_at_ms),
         "members": entries,
     }

@@ -41,10 +41,12 @@ from consolidator.rules.events import (
     SourcePosition,
 )
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
+from consolidator.services.spans import ingest_span
 from consolidator.sinks.deadletter import DeadLetter
 from consolidator.sources.formats import RegistryUnavailable, ValueDecoder, decode_event
 from consolidator.sources.msk import batch_item_failures, parse_event
 from consolidator.store.mysql import IngestCounts, MySQLStore
+from consolidator.support import tracing
 from consolidator.support.collector import collector_paused
 
 log = logging.getLogger(__name__)
@@ -124,6 +126,7 @@ class IngestService:
     metrics: MetricsRecorder = field(default_factory=NoMetrics)
     pipeline_rows: int = PIPELINE_ROWS  # records decoded per pipelined statement; 0: always the exact path
     values: ValueDecoder | None = None  # the value format (consolidator.sources.formats); None: JSON
+    consumer_group: str | None = None  # the Kafka consumer group the records came through (a span attribute)
 
     def decode(self, record: KafkaRecord) -> Event:
         """``record``'s event; :class:`PoisonEvent` for bad input, :class:`RegistryUnavailable`
@@ -142,7 +145,18 @@ class IngestService:
 
         Raises :class:`DeliveryError` only when a piece without a readable position could not be
         dead-lettered: Lambda cannot be told about it, so the whole invocation fails and is
-        retried (nothing has been stored by then)."""
+        retried (nothing has been stored by then). While tracing is on the call is one span
+        (:func:`~consolidator.services.spans.ingest_span`)."""
+        if tracing.tracer() is None:
+            return self._ingest(records, rejected)
+        with ingest_span(records, self.consumer_group) as span:
+            outcome = self._ingest(records, rejected)
+            span.set_attributes({"consolidator.ingest.stored": outcome.stored,
+                                 "consolidator.ingest.dead_lettered": outcome.dead_lettered,
+                                 "consolidator.ingest.failed": len(outcome.failed)})
+            return outcome
+
+    def _ingest(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected]) -> IngestOutcome:
         outcome = IngestOutcome()
         cut = PartitionCut()
         if self.values is not None:
@@ -348,4 +362,5 @@ def build_ingest_service(settings, metrics: MetricsRecorder | None = None, clock
         clock=clock or SystemClock(),
         metrics=metrics or NoMetrics(),
         values=settings.value_decoder(),
+        consumer_group=getattr(settings, "kafka_group_id", None),  # the worker's; Lambda's mapping names none
     )

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from consolidator.rules.events import FieldNames
 from consolidator.rules.shape import Shape, default_outputs, parse_outputs, parse_payload
+from consolidator.rules.shape_spec import parse_path
 from consolidator.settings.base import SPARK_COMMANDS, Root, reaches
 from consolidator.settings.loading import NAMES_ITS_FAULTS
 
@@ -30,6 +31,12 @@ class _Fields(Root):
     max_event_bytes: int = Field(  # at most Lambda's payload limit
         256 * 1024, gt=0, le=6 * 1024 * 1024, json_schema_extra=_EVERYWHERE,
         description="larger values are poison (too_large)")
+    event_time_field: str | None = Field(
+        None, min_length=1, json_schema_extra=reaches(deployed=True),
+        description="the path of each event's own time in its value (epoch ms or ISO-8601 with a zone): it drives"
+                    " the TTL, the buffer's month and the batch's event times, and a value without it is poison"
+                    " (`bad_event_time`); unset: the Kafka record timestamp",
+    )
 
     # The event shape (docs/events.md): both unset keep the version 1 message.
     aggregate: str | None = Field(
@@ -50,6 +57,13 @@ class _Fields(Root):
     def _aggregate_parses(cls, value: str | None) -> str | None:
         if value is not None:
             parse_outputs(value)
+        return value
+
+    @field_validator("event_time_field")
+    @classmethod
+    def _event_time_is_a_path(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_path(value)
         return value
 
     @field_validator("member_payload")
@@ -75,4 +89,5 @@ class _Fields(Root):
             sku=self.sku_field,
             quantity=self.quantity_field,
             shape=self.shape(),
+            event_time=None if self.event_time_field is None else parse_path(self.event_time_field),
         )

@@ -54,7 +54,7 @@ class IngestCounts:
 _UPSERT_HEAD = """
 INSERT INTO buffer_rows
   (bucket, group_key, item_id, pos_key, src_topic, src_partition, src_offset, record_ts_ms,
-   items, first_seen_ms, last_update_ms)
+   items, first_seen_ms, last_update_ms, trace_parent, trace_state)
 VALUES """
 _UPSERT_TAIL = """
 ON DUPLICATE KEY UPDATE
@@ -64,6 +64,8 @@ ON DUPLICATE KEY UPDATE
   src_topic = IF(VALUES(pos_key) > pos_key, VALUES(src_topic), src_topic),
   src_partition = IF(VALUES(pos_key) > pos_key, VALUES(src_partition), src_partition),
   src_offset = IF(VALUES(pos_key) > pos_key, VALUES(src_offset), src_offset),
+  trace_parent = IF(VALUES(pos_key) > pos_key, VALUES(trace_parent), trace_parent),
+  trace_state = IF(VALUES(pos_key) > pos_key, VALUES(trace_state), trace_state),
   last_update_ms = GREATEST(last_update_ms, VALUES(last_update_ms)),
   pos_key = GREATEST(pos_key, VALUES(pos_key))
 """
@@ -216,7 +218,8 @@ def _upsert_statements(cur, events: Sequence[Event], now_ms: int) -> Iterator[st
     esc = _string_escaper(cur.connection)
     esc_json = _json_escaper(cur.connection)
     dumps = orjson.dumps
-    tail = f",{now_ms:d},{now_ms:d})"
+    tail = f",{now_ms:d},{now_ms:d},NULL,NULL)"
+    times = f",{now_ms:d},{now_ms:d},"
     groups: dict[str, str] = {}
     partitions: dict[Partition, tuple[str, str]] = {}
 
@@ -231,10 +234,14 @@ def _upsert_statements(cur, events: Sequence[Event], now_ms: int) -> Iterator[st
         return text
 
     def row(event: Event) -> str:
-        (topic, partition, offset), ts, group, item, items, _ = event
+        (topic, partition, offset), ts, group, item, items, _, trace = event
         key, columns = partitions.get((topic, partition)) or partition_text(topic, partition)
         return (f"({bucket_of(ts)},'{groups[group] if group in groups else group_text(group)}','{esc(item)}',"
                 f"{key}{offset.to_bytes(8, 'big', signed=True).hex()}{columns}{offset:d},{ts:d},"
-                f"'{esc_json(dumps(items))}'{tail}")
+                f"'{esc_json(dumps(items))}'{tail if trace is None else times + traced(trace)}")
+
+    def traced(trace) -> str:  # printable ASCII already (rules/tracecontext.py); escaped all the same
+        parent, state = trace
+        return f"'{esc(parent)}',{'NULL' if state is None else chr(39) + esc(state) + chr(39)})"
 
     yield from _multi_row(_UPSERT_HEAD, _UPSERT_TAIL, map(row, events))

@@ -38,7 +38,7 @@ def _no_pad_collation(server_version: str) -> str:
 Statement = str | tuple[str, tuple]  # SQL, or SQL and its parameters
 
 #: The version this code reads and writes: the last migration's (a test holds them equal).
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 def _migrations(first_bucket: int, no_pad: str, now_ms: int = 0) -> list[tuple[int, str, list[Statement]]]:
@@ -274,6 +274,18 @@ def _migrations(first_bucket: int, no_pad: str, now_ms: int = 0) -> list[tuple[i
                 "UPDATE batches SET member_keys = '[]' WHERE member_keys IS NULL",  # the rows' partition was dropped
                 ("ALTER TABLE batches MODIFY member_keys MEDIUMTEXT CHARACTER SET ascii NOT NULL"
                  " COMMENT 'JSON [[id, bucket], ...] of the member rows in batch order'"),
+            ],
+        ),
+        (
+            12,
+            "a buffer row keeps the W3C trace context of its newest event",
+            [
+                # Set with the row's items (the newest position's); NULL: that record had none.
+                ("ALTER TABLE buffer_rows"
+                 " ADD COLUMN trace_parent CHAR(55) CHARACTER SET ascii NULL"
+                 " COMMENT 'traceparent header of the newest event; NULL: none or not valid',"
+                 " ADD COLUMN trace_state VARCHAR(512) CHARACTER SET ascii NULL"
+                 " COMMENT 'tracestate header beside it; NULL: none'"),
             ],
         ),
     ]
