@@ -280,7 +280,7 @@ class FlushService:
             attempt = failed_before[batch.batch_id] + 1
             try:
                 message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                        ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
+                                        ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
                                         shape=self.policy.shape, event_times=self.policy.event_times)
                 body = encode(message)
                 seal = SealedBatch.of_message(message) if self.completion_tracking else None
@@ -405,7 +405,7 @@ class FlushService:
         now, ack_key = self.clock.now_ms(), self._tracking_key()
         try:
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                    ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
+                                    ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
                                     shape=self.policy.shape, event_times=self.policy.event_times)
             entry = dead_batch_entry(message, attempts, error, now)
         except Exception as build_error:  # noqa: BLE001 - why it died, most likely: the entry holds what is known

@@ -7,7 +7,13 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from consolidator.rules.events import FieldNames
-from consolidator.rules.shape import Shape, default_outputs, parse_outputs, parse_payload
+from consolidator.rules.shape import (
+    REFERENCE_SHAPE,
+    Shape,
+    default_outputs,
+    parse_outputs,
+    parse_payload,
+)
 from consolidator.rules.shape_spec import parse_path
 from consolidator.settings.base import SPARK_COMMANDS, Root, reaches
 from consolidator.settings.loading import NAMES_ITS_FAULTS
@@ -72,10 +78,11 @@ class _Fields(Root):
         parse_payload(value)
         return value
 
-    def shape(self) -> Shape | None:
-        """The compiled event shape; None for the reference shape (the version 1 message)."""
+    def shape(self) -> Shape:
+        """The compiled event shape: the one place that decides whether it is the reference shape
+        (neither an aggregation spec nor a member payload: the version 1 message)."""
         if self.aggregate is None and self.member_payload == "none":
-            return None
+            return REFERENCE_SHAPE
         outputs = (parse_outputs(self.aggregate) if self.aggregate is not None
                    else default_outputs(self.items_field, self.sku_field, self.quantity_field))
         full, paths = parse_payload(self.member_payload)

@@ -131,7 +131,9 @@ _new = tuple.__new__  # builds a NamedTuple in C, without its Python-level __new
 def _records(batch: list, partition_key: str, parsed: ParsedEvent, topics: set[str]) -> None:
     """The records of one partition's list. A record in the usual shape (plain types, every field
     in range, headers readable) is read inline; any other goes to :func:`_record`, which decides, so
-    the result is exactly :func:`_record`'s for every record. ``topics``: names already checked."""
+    the result is exactly :func:`_record`'s for every record. ``topics``: names already checked.
+    The inline reading pays: 1.7 µs against 3.5 µs per record (0.49x; about a sixth of the
+    ingest's client CPU per record), ``make bench-ingest BENCH_ARGS=--variants``, under load."""
     append = parsed.records.append
     a2b = binascii.a2b_base64
     for r in batch:

@@ -40,7 +40,7 @@ def is_plain(policy: Policy) -> bool:
     """The columnar path models this policy (no rate limit, TTL, byte cap or generic shape: it
     writes the version 1 message itself)."""
     return (policy.rate_limit is None and not policy.rate_overrides and not policy.ttl_ms
-            and policy.max_batch_bytes is None and policy.shape is None and not policy.event_times)
+            and policy.max_batch_bytes is None and policy.shape.is_reference and not policy.event_times)
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,7 +127,7 @@ def _decode_rest(shard, columns: dict, names: FieldNames, max_event_bytes: int, 
     decoded |= {"poison_reason": [None] * len(shard), "poison_detail": [None] * len(shard)}
     raw, keys, topics = columns["value"].to_pylist(), columns["key"].to_pylist(), columns["topic"].to_pylist()
     stamps = columns["timestamp_ms"].to_pylist()
-    if names.shape is not None and values is None and names.event_time is None:  # the common case in one pass
+    if not names.shape.is_reference and values is None and names.event_time is None:  # a generic shape: the common case in one pass
         from consolidator.spark.decode_shape import decode_shaped
 
         done = decode_shaped([raw[i] for i in todo], names, max_event_bytes)

@@ -138,7 +138,7 @@ def fast_schema(names: FieldNames) -> T.StructType | None:
     needs an escape in JSON, or a generic event shape is configured: it keeps what it reads of
     each event, which only ``events.decode`` knows)."""
     fields = (names.group_key, names.item_id, names.items, names.sku, names.quantity)
-    if names.shape is not None or names.event_time is not None or len(set(fields[:3])) < 3 or names.sku == names.quantity or any(_JSON_ESCAPED.search(f) for f in fields):
+    if not names.shape.is_reference or names.event_time is not None or len(set(fields[:3])) < 3 or names.sku == names.quantity or any(_JSON_ESCAPED.search(f) for f in fields):
         return None
     item = T.StructType([T.StructField(names.sku, T.StringType()), T.StructField(names.quantity, T.LongType())])
     return T.StructType([T.StructField(names.group_key, T.StringType()),
@@ -220,7 +220,7 @@ def deferrable(names: FieldNames, values: ValueFormat | None = None) -> bool:
     """Whether :func:`claimed_group_key` can prove group keys for ``names``: a generic shape, JSON
     values, and a group key field whose name holds no whitespace, quote, backslash, control
     character or any of ``:,{}[]`` (so its quoted name can only be a string token of a JSON text)."""
-    return names.shape is not None and names.event_time is None and values is None and bool(names.group_key) \
+    return not names.shape.is_reference and names.event_time is None and values is None and bool(names.group_key) \
         and not _UNSAFE_NAME.search(names.group_key)
 
 
@@ -294,7 +294,7 @@ def _fallback(names: FieldNames, max_event_bytes: int, values: ValueFormat | Non
         if not todo:
             return pa.nulls(count, out_type)
         rows: list[dict | None] = [None] * count
-        if names.shape is not None and values is None and names.event_time is None:  # the common case in one pass
+        if not names.shape.is_reference and values is None and names.event_time is None:  # a generic shape: the common case in one pass
             todo, decoded = _decode_shaped(value, todo, names, max_event_bytes)
             if not todo:
                 return decoded
