@@ -28,9 +28,11 @@ test: setup
 demo: setup-demo
 	.venv/bin/consolidator demo
 
-# The pages written from the code: docs/reference/metrics.md from the list of metrics and
-# deploy/grafana/consolidator.json from the panel list (a test fails when a committed one differs)
+# The pages written from the code: docs/reference/configuration.md from the settings' declarations,
+# docs/reference/metrics.md from the list of metrics and deploy/grafana/consolidator.json from the
+# panel list (a test fails when a committed one differs)
 docs: setup
+	.venv/bin/consolidator docs config
 	.venv/bin/consolidator docs metrics
 	.venv/bin/consolidator docs grafana
 

@@ -9,7 +9,7 @@ import typer
 
 from consolidator.cli.render import echo
 
-docs_app = typer.Typer(help="Pages written from the code (the metrics reference, the Grafana dashboard).",
+docs_app = typer.Typer(help="Pages written from the code (the configuration and metrics references, the Grafana dashboard).",
                        no_args_is_help=True)
 
 CheckOption = Annotated[bool, typer.Option("--check", help="Write nothing; exit 1 when the file differs.")]
@@ -50,3 +50,16 @@ def grafana(
     from consolidator.services.panels import grafana_json
 
     _write_or_check(out, grafana_json(), "the panel list", check)
+
+
+@docs_app.command("config")
+def config(
+    out: Annotated[Path, typer.Option("--out", help="Where the page goes.")] = Path("docs/reference/configuration.md"),
+    check: CheckOption = False,
+) -> None:
+    """Write the configuration reference from the settings' declarations
+    (src/consolidator/settings/): every variable, its default, bounds, doc line and runtimes.
+    Needs no CONSOLIDATOR_* variable."""
+    from consolidator.settings.reference import configuration_reference
+
+    _write_or_check(out, configuration_reference(), "the settings' declarations", check)
