@@ -12,11 +12,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 250
 
-#: Pages another command writes (the configuration reference is generated from the settings'
-#: declarations). A link to one is checked once the page is committed; until then the test
-#: below requires that it still does not exist, so the entry cannot outlive its reason.
-GENERATED_LATER = {"docs/reference/configuration.md"}
-
 _LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -69,9 +64,6 @@ def broken_links(page: Path) -> list[str]:
             path_part, _, fragment = target.partition("#")
             resolved = (page.parent / path_part).resolve() if path_part else page
             where = f"{page.relative_to(ROOT)}:{number}: {target}"
-            relative = resolved.relative_to(ROOT).as_posix() if resolved.is_relative_to(ROOT) else None
-            if relative in GENERATED_LATER and not resolved.exists():
-                continue
             if not resolved.exists():
                 problems.append(f"{where} (no such file)")
             elif fragment and resolved.suffix == ".md" and fragment not in anchors(resolved):
@@ -82,11 +74,6 @@ def broken_links(page: Path) -> list[str]:
 @pytest.mark.parametrize("page", pages(), ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_relative_link_resolves(page: Path) -> None:
     assert broken_links(page) == []
-
-
-def test_pages_generated_later_do_not_exist_yet() -> None:
-    """Once a generated page is committed, its entry in GENERATED_LATER goes, so its links are checked."""
-    assert [p for p in sorted(GENERATED_LATER) if (ROOT / p).exists()] == []
 
 
 def test_the_checker_flags_a_broken_link_and_a_broken_anchor(tmp_path: Path, monkeypatch) -> None:
