@@ -168,7 +168,7 @@ def _view(items: tuple[tuple[str, int], ...] | EventView) -> EventView:
 def build_message(
     group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
     *, ack_key: bytes | None = None, held_back_ms: int = 0, epochs: Mapping[str, int] | None = NO_EPOCHS,
-    shape: Shape | None = None,
+    shape: Shape | None = None, known_id: str | None = None,
 ) -> dict:
     """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
     position's items count; quantities are summed per sku across items. ``ack_key`` (completion
@@ -179,10 +179,13 @@ def build_message(
     other message is exactly v1, so consumers of v1 see no change while no rate limit holds a
     group back and tracking is off.
     ``epochs``: the topics' epochs the batch id is computed with (:func:`batch_id`); ``None``
-    for a batch claimed before schema 9, whose id is :func:`batch_id_v1`. ``shape``: a generic
-    event shape gives the version 2 message (:func:`_build_shaped`)."""
+    for a batch claimed before schema 9, whose id is :func:`batch_id_v1`. ``known_id``: that id
+    when the caller has just computed it from these very members and epochs (the claim that took
+    them): used as it is, not computed again. ``shape``: a generic event shape gives the version
+    2 message (:func:`_build_shaped`)."""
     if shape is not None:
-        return _build_shaped(group_key, members, reason, flushed_at_ms, ack_key, held_back_ms, epochs, shape)
+        return _build_shaped(group_key, members, reason, flushed_at_ms, ack_key, held_back_ms, epochs, shape,
+                             known_id)
     if not members:
         raise ValueError("a batch needs at least one member")
     newest_per_item = _newest_per_item(members)
@@ -193,7 +196,7 @@ def build_message(
     positions = sorted(m.position for m in members)
     message = {
         "schema_version": SCHEMA_VERSION,
-        "batch_id": batch_id_v1(group_key, positions) if epochs is None else batch_id(group_key, positions, epochs),
+        "batch_id": known_id or _batch_id(group_key, positions, epochs),
         "group_key": group_key,
         "flush_reason": str(reason),
         "item_ids": sorted(newest_per_item),
@@ -216,6 +219,10 @@ def build_message(
     return message
 
 
+def _batch_id(group_key: str, positions: Sequence[SourcePosition], epochs: Mapping[str, int] | None) -> str:
+    return batch_id_v1(group_key, positions) if epochs is None else batch_id(group_key, positions, epochs)
+
+
 def _newest_per_item(members: Sequence[Member]) -> dict[str, Member]:
     newest: dict[str, Member] = {}
     for member in members:
@@ -226,7 +233,8 @@ def _newest_per_item(members: Sequence[Member]) -> dict[str, Member]:
 
 
 def _build_shaped(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
-                  ack_key: bytes | None, held_back_ms: int, epochs: Mapping[str, int] | None, shape: Shape) -> dict:
+                  ack_key: bytes | None, held_back_ms: int, epochs: Mapping[str, int] | None, shape: Shape,
+                  known_id: str | None = None) -> dict:
     """The version 2 message: ``aggregates`` (each output of the shape over the newest event of
     each item, in source-position order) and every member (position order) with its item id
     and, when the shape carries a payload, its newest event (``event``). Optional fields:
@@ -245,7 +253,7 @@ def _build_shaped(group_key: str, members: Sequence[Member], reason: FlushReason
         entries.append(entry)
     message = {
         "schema_version": SCHEMA_VERSION_SHAPED,
-        "batch_id": batch_id_v1(group_key, positions) if epochs is None else batch_id(group_key, positions, epochs),
+        "batch_id": known_id or _batch_id(group_key, positions, epochs),
         "group_key": group_key,
         "flush_reason": str(reason),
         "item_ids": sorted(newest),

@@ -279,7 +279,7 @@ class FlushService:
             try:
                 message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                         ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
-                                        shape=self.policy.shape)
+                                        shape=self.policy.shape, known_id=batch.batch_id if batch.id_computed else None)
                 body = encode(message)
                 seal = SealedBatch.of_message(message) if self.completion_tracking else None
             except Exception as error:  # noqa: BLE001 - this batch only: a failed attempt, retried, then dead

@@ -38,6 +38,7 @@ class ClaimedBatch:
     cut: bool = False  # the claim stopped at the byte cap: the rows after it belong to the same claim
     held_back_ms: int = 0  # how long the group's rate limit held this claim back
     epochs: Mapping[str, int] | None = field(default_factory=dict)  # the topics' epochs of its id; None: a v1 id (before schema 9)
+    id_computed: bool = False  # the id was computed from these members and epochs by this claim, not read back
 
 
 MEMBER_COLUMNS = ("src_topic, src_partition, src_offset, item_id, items, first_seen_ms, last_update_ms,"
@@ -143,7 +144,8 @@ class BatchStore(Connection):
         keys, members = [r.key for r in rows], tuple(r.member for r in rows)
         new_id, used, held = _claim_as_batch(cur, group_key, keys, [m.position for m in members], reason, now_ms,
                                              rate, epochs)
-        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut=cut, held_back_ms=held, epochs=used)
+        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut=cut, held_back_ms=held, epochs=used,
+                            id_computed=True)
 
     def claim_unbuilt(
         self, group_key: str, reason: FlushReason, now_ms: int, error: str, *, rate: RateLimit | None = None,
