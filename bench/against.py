@@ -10,8 +10,9 @@ goes first swapping every round, each side on a database of its own (named after
 process, the benchmark and the side; dropped at the end), and writes its JSON line to a
 temporary file. The machine's load drifts between rounds alike for both sides, so the pairs compare.
 
-Prints each round's figures, then the best of each side per figure (the least CPU per row, the
-most rows per second or the highest ratio), and one JSON line last. The throwaway worktree is
+Prints each round's figures, then per figure each side's median and best (the least CPU per
+row, the most rows per second or the highest ratio), and one JSON line last. Under load, a
+ratio's best is often one slow floor run: compare medians, and the CPU per row above all. The throwaway worktree is
 removed at the end. Not part of the test suite.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -101,9 +103,11 @@ def main() -> None:
     summary: dict[str, object] = {"bench": args.bench, "ref": args.ref or str(args.ref_dir), "rounds": args.rounds}
     for key in keys:
         if all(key in r for side in figures.values() for r in side):
-            here, ref = (best(key, [r[key] for r in figures[side]]) for side in ("here", "ref"))
-            summary[key] = {"here": here, "ref": ref}
-            print(f"{key:>28}: here {here}, {summary['ref']} {ref} (best of {args.rounds})", file=sys.stderr)
+            values = {side: [r[key] for r in figures[side]] for side in ("here", "ref")}
+            summary[key] = {side: {"median": statistics.median(v), "best": best(key, v)} for side, v in values.items()}
+            print(f"{key:>28}: median here {summary[key]['here']['median']}, {summary['ref']}"
+                  f" {summary[key]['ref']['median']}; best here {summary[key]['here']['best']},"
+                  f" {summary['ref']} {summary[key]['ref']['best']} ({args.rounds} rounds)", file=sys.stderr)
     print(json.dumps(summary))
 
 
