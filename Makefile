@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 # The layering contracts of pyproject.toml ([tool.importlinter]); infra/ holds consolidator_infra
 LINT_IMPORTS := PYTHONPATH=infra .venv/bin/lint-imports --no-logo
 
-.PHONY: setup setup-demo setup-flink test demo bench bench-ingest bench-flush bench-flush-against bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
+.PHONY: setup setup-demo setup-flink test demo docs bench bench-ingest bench-tracing bench-flush bench-flush-against bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
 
 setup:
 	@bash scripts/setup.sh test
@@ -28,10 +28,20 @@ test: setup
 demo: setup-demo
 	.venv/bin/consolidator demo
 
-bench: bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker
+# The pages written from the code: docs/reference/metrics.md from the list of metrics and
+# deploy/grafana/consolidator.json from the panel list (a test fails when a committed one differs)
+docs: setup
+	.venv/bin/consolidator docs metrics
+	.venv/bin/consolidator docs grafana
+
+bench: bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker bench-tracing
 
 bench-ingest: setup
 	$(PY) bench/bench_ingest.py $(BENCH_ARGS)
+
+# The ingest service with tracing off and on (bench/bench_tracing.py): on >= 0.95x off
+bench-tracing: setup
+	$(PY) bench/bench_tracing.py $(BENCH_ARGS)
 
 bench-flush: setup
 	$(PY) bench/bench_flush.py $(BENCH_ARGS)

@@ -11,7 +11,11 @@ fastest run of each counts (the machine may be shared). Around each timed phase 
 this process's own CPU (the Lambda side), and after the service phase it counts the rows of
 replay-protection state. Prints a table of figures, then one JSON line with
 ratio_vs_load_data, ratio_vs_per_record, server CPU per record and replay_state_rows.
-Not part of the test suite: `make bench-ingest`.
+With --variants it also times each fast path against the exact one it stands for, in the same
+run, per record (client CPU, the fastest of three): the JSON decode (``decode`` against
+``decode_exact``) and the MSK event reader (inline against ``parse_event(exact=True)``). Their
+ratios (fast / exact time, below 1 pays) are in the JSON line under ``variants``.
+Not part of the test suite: `make bench-ingest` (`BENCH_ARGS=--variants`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from consolidator.services.ingest import IngestService
 from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sources.formats import RegistryValueDecoder, decode_event
 from consolidator.sources.formats.base import RegisteredSchema
-from consolidator.sources.msk import event_from_records
+from consolidator.sources.msk import event_from_records, parse_event
 from consolidator.store.databases import drop_owned_database, recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
@@ -156,6 +160,35 @@ def run_per_record(store: MySQLStore, rows: list[tuple]) -> float:
     return time.perf_counter() - started
 
 
+def _cpu_us(run, count: int, repeat: int = 3) -> float:
+    """Client CPU per record of ``run()``, the fastest of ``repeat`` runs."""
+    best = None
+    for _ in range(repeat):
+        started = time.process_time()
+        run()
+        spent = time.process_time() - started
+        best = spent if best is None else min(best, spent)
+    return round(best * 1e6 / count, 3)
+
+
+def measure_variants(records: list[KafkaRecord], batch_size: int) -> dict:
+    """Each fast path against the exact one, in this run: time ratios fast / exact (below 1 pays)."""
+    names, limit = FieldNames(), 256 * 1024
+    events = [event_from_records(records[i:i + batch_size]) for i in range(0, len(records), batch_size)]
+    pairs = {
+        "decode": (lambda: [decode(r, names, limit) for r in records],
+                   lambda: [decode_exact(r, names, limit) for r in records], len(records)),
+        "msk_reader": (lambda: [parse_event(e) for e in events],
+                       lambda: [parse_event(e, exact=True) for e in events], len(records)),
+    }
+    figures = {}
+    for name, (fast, exact, count) in pairs.items():
+        fast_us, exact_us = _cpu_us(fast, count), _cpu_us(exact, count)
+        figures[name] = {"fast_us_per_record": fast_us, "exact_us_per_record": exact_us,
+                         "fast_over_exact": round(fast_us / exact_us, 3)}
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=100_000)
@@ -168,6 +201,8 @@ def main() -> None:
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL",
                                                                  "mysql://root:@127.0.0.1:3306/consolidator_bench"))
     parser.add_argument("--save", type=Path, help="also write the JSON line to this file (for bench/capacity.py)")
+    parser.add_argument("--variants", action="store_true",
+                        help="also time each fast path against its exact one (see above)")
     args = parser.parse_args()
 
     params = ConnectionParams.from_url(args.database_url)
@@ -232,6 +267,8 @@ def main() -> None:
     def ratio(a, b):
         return None if a is None or b is None or not b else round(a / b, 2)
 
+    variants = measure_variants(records, args.batch_size) if args.variants else None
+
     figures = {
         "records": len(records), "groups": args.groups, "batch_size": args.batch_size, "repeat": args.repeat,
         "partitions": len({r.partition for r in records}),
@@ -261,6 +298,7 @@ def main() -> None:
         "distinct_positions": len({r.position for r in records}),
         "buffer_rows": buffer_rows,
         "buffer_bytes_per_row": round(table_bytes / buffer_rows),
+        **({"variants": variants} if variants else {}),
         "targets": {"ratio_vs_load_data": 0.5, "avro_ratio_vs_json": 0.8, "ratio_vs_per_record": 5, "server_cpu_ratio_vs_load_data": 1.5,
                     "replay_state_rows": "partitions + a constant"},
     }

@@ -32,7 +32,8 @@ POLICY_ENV = {
 
 
 # Counted beside the faults, but consequences rather than injected faults.
-OBSERVATIONS = frozenset({"ingest invocations", "worker restarts", "batches DEAD", "dead batches redriven"})
+OBSERVATIONS = frozenset({"ingest invocations", "worker restarts", "batches DEAD", "dead batches redriven",
+                          "partitions assigned", "commits logged", "worker exits"})
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class Scenario:
     rate_limit: tuple[int, float] | None = None  # every group: at most N batches per P seconds
     completion: bool = False  # completion tracking on; an acker (killed at random) acks every member
     acker_kill_p: float = 0.0
+    workers: int = 0  # >0: that many `consolidator worker` processes on a local Kafka instead (chaos/fleet.py)
+    worker_kill_every: tuple[float, float] | None = None  # SIGKILL a random worker (restarted)
+    worker_churn_every: tuple[float, float] | None = None  # add a worker or remove one (SIGTERM)
 
 
 SCENARIOS = {s.name: s for s in (

@@ -4,6 +4,9 @@
 event, ``{"timeout_ms": N}`` for a scheduled flush, an SQS event of acks or the acks sweep's
 scheduled event); each answer is one JSON line on the original stdout. The handlers' own logs and metrics go to stderr-side files, never into the protocol.
 
+``python -m chaos.workers worker REPO``: ``consolidator worker`` itself (no protocol: its JSON log
+lines on stdout), with the sink's fault hooks installed.
+
 Fault hooks the parent sets in the environment (the handlers themselves are unchanged):
 - ``CHAOS_CRASH_AFTER_PUBLISH=p``: after the sink confirmed a publish, SIGKILL this process
   with probability p (a flusher dying between publish and mark, an acker dying right after it
@@ -76,5 +79,16 @@ def main(kind: str, repo: Path) -> None:
         answers.write(json.dumps(result) + "\n")
 
 
+def worker() -> None:
+    """The long-running worker, as ``consolidator worker`` runs it, with the sink's fault hooks."""
+    from consolidator.cli import app
+
+    _install_sink_faults()
+    app(["worker"], prog_name="consolidator")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]))
+    if sys.argv[1] == "worker":
+        worker()
+    else:
+        main(sys.argv[1], Path(sys.argv[2]))

@@ -12,7 +12,7 @@ after its commit.
 
 from functools import cache
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
     EventType,
@@ -23,11 +23,12 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from consolidator.rules.errors import ConsolidatorError
 from consolidator.services.acks import AckService, build_ack_service
 from consolidator.settings import AckSettings, load_settings
+from consolidator.support import tracing
 from consolidator.support.function_logging import configure_function_logging
 
 logger = Logger(service="consolidator-acks")
 metrics = Metrics(namespace="Consolidator", service="acks")
-tracer = Tracer(service="consolidator-acks")
+tracing.configure("consolidator-acks")  # OTEL_* variables; off unless OTEL_TRACES_EXPORTER is set
 configure_function_logging(logger)  # the SDK's loggers stay at WARNING or above
 
 
@@ -44,7 +45,7 @@ def service() -> AckService:
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
+@tracing.flushed
 @metrics.log_metrics
 def handler(event: dict, context) -> dict:
     if event.get("source") == "aws.events":  # the schedule

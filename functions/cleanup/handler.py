@@ -2,15 +2,16 @@
 
 from functools import cache
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 
 from consolidator.services.cleanup import CleanupService, build_cleanup_service
 from consolidator.settings import CleanupSettings, load_settings
+from consolidator.support import tracing
 from consolidator.support.function_logging import configure_function_logging
 
 logger = Logger(service="consolidator-cleanup")
 metrics = Metrics(namespace="Consolidator", service="cleanup")
-tracer = Tracer(service="consolidator-cleanup")
+tracing.configure("consolidator-cleanup")  # OTEL_* variables; off unless OTEL_TRACES_EXPORTER is set
 configure_function_logging(logger)  # the SDK's loggers stay at WARNING or above
 
 
@@ -23,7 +24,7 @@ def service() -> CleanupService:
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
+@tracing.flushed
 @metrics.log_metrics
 def handler(event: dict, context) -> dict:
     report = service().run()

@@ -2,16 +2,17 @@
 
 from functools import cache
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 
 from consolidator.services.flush import FlushService
 from consolidator.services.flush_setup import build_flush_service
 from consolidator.settings import FlushSettings, load_settings
+from consolidator.support import tracing
 from consolidator.support.function_logging import configure_function_logging
 
 logger = Logger(service="consolidator-flush")
 metrics = Metrics(namespace="Consolidator", service="flush")
-tracer = Tracer(service="consolidator-flush")
+tracing.configure("consolidator-flush")  # OTEL_* variables; off unless OTEL_TRACES_EXPORTER is set
 configure_function_logging(logger)  # the SDK's loggers stay at WARNING or above
 
 
@@ -24,7 +25,7 @@ def service() -> FlushService:
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
+@tracing.flushed
 @metrics.log_metrics
 def handler(event: dict, context) -> dict:
     reports = service().run(context.get_remaining_time_in_millis)

@@ -2,15 +2,16 @@
 
 from functools import cache
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 
 from consolidator.services.ingest import IngestService, build_ingest_service
 from consolidator.settings import IngestSettings, load_settings
+from consolidator.support import tracing
 from consolidator.support.function_logging import configure_function_logging
 
 logger = Logger(service="consolidator-ingest")
 metrics = Metrics(namespace="Consolidator", service="ingest")
-tracer = Tracer(service="consolidator-ingest")
+tracing.configure("consolidator-ingest")  # OTEL_* variables; off unless OTEL_TRACES_EXPORTER is set
 configure_function_logging(logger)  # the SDK's loggers stay at WARNING or above
 
 
@@ -23,7 +24,7 @@ def service() -> IngestService:
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
+@tracing.flushed
 @metrics.log_metrics
 def handler(event: dict, context) -> dict:
     return service().handle_msk_event(event)

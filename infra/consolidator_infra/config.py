@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from consolidator.rules.shape import parse_outputs, parse_payload
+from consolidator.rules.shape import parse_outputs, parse_path, parse_payload
 from consolidator.settings import check_glue_format, check_windows, setting_field
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
@@ -231,6 +231,8 @@ POLICY_SETTINGS = (
     "rate_limit_batches", "rate_limit_period_seconds", "event_ttl_seconds",
     # The event shape (docs/events.md); in a deployment the spec is inline JSON (no file to read).
     "aggregate", "member_payload",
+    # Each event's own time (docs/events.md, Event time); unset: the record timestamp.
+    "event_time_field",
 )
 
 
@@ -243,6 +245,11 @@ class _PolicyRules(_Model):
                 raise ValueError("aggregate must be the spec itself (a JSON list) in a deployment, not a file path")
             parse_outputs(self.aggregate)
         parse_payload(self.member_payload)
+        if self.event_time_field is not None:
+            try:
+                parse_path(self.event_time_field)  # the runtime's rule: a path like "ts" or "meta.at"
+            except ValueError as exc:
+                raise ValueError(f"event_time_field: {exc}") from None
         if self.tick_interval_seconds > FLUSH_SCHEDULE_SECONDS:
             raise ValueError(f"tick_interval_seconds ({self.tick_interval_seconds:g}) must be at most"
                              f" {FLUSH_SCHEDULE_SECONDS} in a deployment: the flush function is scheduled once a"
@@ -266,6 +273,10 @@ class FunctionsConfig(_Model):
     log_retention_days: int = 30
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     cleanup_schedule_hour_utc: int = Field(3, ge=0, le=23)
+    tracing_layer_arn: str | None = Field(
+        None, pattern=r"^arn:aws[\w-]*:lambda:[a-z0-9-]+:\d{12}:layer:[\w-]+:\d+$",
+        description="the ADOT collector Lambda layer (arm64) of the region: the functions export their spans"
+                    " over OTLP to it, and it to X-Ray; None: tracing off")
 
 
 class AlarmConfig(_Model):

@@ -1,5 +1,13 @@
 """One factory for every function: same runtime, architecture, packaging, tracing, logging.
 
+Tracing (per environment, ``functions.tracing_layer_arn``): the functions trace with the
+OpenTelemetry SDK (``consolidator.support.tracing``) and export OTLP over HTTP to
+``localhost:4318``, where the ADOT collector layer (a Lambda extension) receives the spans and
+exports them to X-Ray, signing with the function's role. Not the SDK straight to X-Ray's OTLP
+endpoint: that endpoint takes SigV4-signed requests only, which the standard OTLP exporter does
+not make, and the collector also batches and sends outside the invocation's time. Without a
+layer no ``OTEL_*`` variable is set and the functions make no span at all.
+
 Code is bundled locally without Docker (``infra/bundle.py``: arm64 manylinux wheels of the
 runtime dependencies + the ``consolidator`` package + ``functions/<name>/handler.py``; no
 Spark, no CDK). Each function gets its own role and security group, so grants stay per
@@ -76,8 +84,10 @@ class FunctionFactory(Construct):
     def __init__(
         self, scope: Construct, id: str, *, network: Network, environment: dict[str, str],
         log_retention_days: int, log_level: str, removal_policy: RemovalPolicy,
+        tracing_layer_arn: str | None = None,
     ) -> None:
         super().__init__(scope, id)
+        self._tracing_layer_arn = tracing_layer_arn
         self._network = network
         self._environment = environment
         self._retention = retention_days(log_retention_days)
@@ -93,8 +103,14 @@ class FunctionFactory(Construct):
         log_group = logs.LogGroup(
             self, f"{name.capitalize()}Logs", retention=self._retention, removal_policy=self._removal_policy,
         )
+        layers, tracing = [], {}
+        if self._tracing_layer_arn is not None:
+            layers = [lambda_.LayerVersion.from_layer_version_arn(self, f"{name.capitalize()}Collector",
+                                                                  self._tracing_layer_arn)]
+            tracing = otel_environment(name)
         return lambda_.Function(
             self, name.capitalize(),
+            layers=layers,
             description=description,
             runtime=RUNTIME,
             architecture=ARCHITECTURE,
@@ -114,7 +130,18 @@ class FunctionFactory(Construct):
                 "POWERTOOLS_LOG_LEVEL": self._log_level,
                 # the one source of every sink's timeout (consolidator.settings.sink_timeout_seconds)
                 "CONSOLIDATOR_FUNCTION_TIMEOUT_SECONDS": str(int(timeout.to_seconds())),
+                **tracing,
                 **self._environment,
                 **environment,
             },
         )
+
+
+def otel_environment(name: str) -> dict[str, str]:
+    """The standard ``OTEL_*`` variables of function ``name`` exporting to the collector layer."""
+    return {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4318",  # the collector extension
+        "OTEL_SERVICE_NAME": f"consolidator-{name}",
+    }

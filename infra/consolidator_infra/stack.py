@@ -51,7 +51,7 @@ class ConsolidatorStack(Stack):
 
         self.functions = FunctionFactory(
             self, "Functions", network=self.network, log_retention_days=fn.log_retention_days,
-            log_level=fn.log_level, removal_policy=removal,
+            log_level=fn.log_level, removal_policy=removal, tracing_layer_arn=fn.tracing_layer_arn,
             environment={f"{P}ENVIRONMENT": config.name},  # the metrics' environment dimension
         )
         fields = {
@@ -62,6 +62,7 @@ class ConsolidatorStack(Stack):
             # the event shape, only when set: an unset shape keeps the version 1 message
             **({f"{P}AGGREGATE": policy.aggregate} if policy.aggregate is not None else {}),
             **({f"{P}MEMBER_PAYLOAD": policy.member_payload} if policy.member_payload != "none" else {}),
+            **({f"{P}EVENT_TIME_FIELD": policy.event_time_field} if policy.event_time_field is not None else {}),
         }
         net = self.network
         kafka_cidr = (config.msk.broker_cidr or config.network.vpc_cidr) if isinstance(config.sink, KafkaSinkConfig) else None

@@ -1,4 +1,5 @@
-"""The short chaos profile (part of ``make test``): real process and server kills, zero violations."""
+"""The short chaos profile (part of ``make test``): real process and server kills, zero violations,
+on the Lambda path's handlers and on ``consolidator worker`` processes in a consumer group."""
 
 from __future__ import annotations
 
@@ -23,4 +24,5 @@ def test_short_chaos_profile_finds_no_violation():
     assert summary["violations"] == 0, summary["scenarios"]
     assert summary["checkers_self_tested"] == summary["checkers"], "a checker did not flag its corruption"
     assert summary["faults_injected"] >= summary["runs"], "every run injected faults"
+    assert "worker-kill" in summary["scenarios"], "the short profile runs a worker scenario"
     assert result.returncode == 0, result.stderr[-3000:]

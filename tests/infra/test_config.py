@@ -118,3 +118,18 @@ def test_the_event_shape_of_an_environment_reaches_the_ingest_and_flush_function
     assert shaped == {spec: '["user_id"]'}
     assert sum("CONSOLIDATOR_AGGREGATE" in r["Properties"].get("Environment", {}).get("Variables", {})
                for r in functions.values()) == 2  # ingest and flush
+
+
+def test_the_event_time_field_of_an_environment_reaches_the_ingest_and_flush_functions(tmp_path):
+    from app import create_app
+    from aws_cdk.assertions import Template
+    from consolidator_infra.stage import ConsolidatorStage
+
+    config = load_environment("timed", _write(tmp_path, "timed", policy__event_time_field="meta.at"))
+    stage = ConsolidatorStage(create_app(outdir=str(tmp_path / "cdk.out")), config)
+    functions = Template.from_stack(stage.stack).find_resources("AWS::Lambda::Function")
+    timed = [r["Properties"]["Environment"]["Variables"] for r in functions.values()
+             if "CONSOLIDATOR_EVENT_TIME_FIELD" in r["Properties"].get("Environment", {}).get("Variables", {})]
+    assert [v["CONSOLIDATOR_EVENT_TIME_FIELD"] for v in timed] == ["meta.at", "meta.at"]  # ingest and flush
+    with pytest.raises(ConfigError, match="event_time_field"):
+        load_environment("bad", _write(tmp_path, "bad", policy__event_time_field="a..b"))

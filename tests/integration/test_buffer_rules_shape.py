@@ -49,7 +49,7 @@ from test_buffer_rules import (  # noqa: F401
 from consolidator.rules.clock import ManualClock
 from consolidator.rules.events import FieldNames, KafkaRecord
 from consolidator.rules.policy import Policy, RateLimit
-from consolidator.rules.shape import Shape, parse_outputs, parse_payload
+from consolidator.rules.shape import REFERENCE_SHAPE, Shape, parse_outputs, parse_payload
 from consolidator.services.flush import FlushService
 from consolidator.services.ingest import IngestService
 from consolidator.sinks.deadletter import FileDeadLetter
@@ -146,13 +146,13 @@ def test_the_streaming_step_gives_the_lambda_batches_for_any_shape(shared, data,
         names = FieldNames(group_key="tenant", item_id="user", shape=shape)
         history = random_history(rng, MONTH_END - rng.randrange(0, 300_000), count=rng.randrange(1, 40))
     else:
-        shape, names = None, FieldNames()
+        shape, names = REFERENCE_SHAPE, FieldNames()
         history = [r.kafka() for r in data.draw(histories(), "history")]
     policy: Policy = dataclasses.replace(data.draw(_policies(plain=data.draw(st.booleans(), "plain")), "policy"),
                                          shape=shape)
     # the job's policy may or may not carry the shape: the step takes the decoder's
     step = job_step(policy if data.draw(st.booleans(), "policy carries the shape") else
-                    dataclasses.replace(policy, shape=None), names, shards := data.draw(st.integers(1, 3), "shards"))
+                    dataclasses.replace(policy, shape=REFERENCE_SHAPE), names, shards := data.draw(st.integers(1, 3), "shards"))
 
     outcome = both_paths(shared, names, history, policy, step, shards, schedule)
     event(f"generic: {generic}, plain step: {step.plain}, batches: {min(len(outcome.lambda_batches), 3)}+,"

@@ -81,3 +81,27 @@ def test_produce_to_nowhere_exits_1_and_says_so(tmp_path: Path):
     assert produced.returncode == 1, produced.stderr
     assert "0 of 1 messages" in produced.stdout and "not delivered" in produced.stderr
     assert "|rdkafka#" not in produced.stderr  # librdkafka's lines go through the logger
+
+
+def test_produce_stamps_records_with_the_timestamp_field_and_counts_the_lines_without_one(tmp_path: Path):
+    process, bootstrap = serve()
+    try:
+        events = tmp_path / "notifications.jsonl"
+        events.write_text("\n".join([
+            json.dumps({"location_id": "C-1", "order_id": "n1", "ts": "2026-11-28T10:00:00Z"}),
+            json.dumps({"location_id": "C-1", "order_id": "n2", "ts": 1_795_860_000_123}),
+            json.dumps({"location_id": "C-1", "order_id": "n3"}),  # no time: stamped now, counted
+        ]) + "\n")
+        produced = subprocess.run([*CLI, "kafka", "produce", "--bootstrap-servers", bootstrap, "--topic", "timed",
+                                   "--timestamp-field", "ts", str(events), "--json"],
+                                  check=False, capture_output=True, text=True, timeout=60)
+        assert produced.returncode == 0, produced.stderr
+        report = json.loads(produced.stdout)
+        assert (report["acknowledged"], report["stamped_now"]) == (3, 1)
+        assert report["unstamped"] == ["line 3: 'ts' is missing (expected epoch milliseconds or ISO-8601 with a zone)"]
+        stamps = {json.loads(m.value())["order_id"]: m.timestamp()[1] for m in consume(bootstrap, "timed")}
+        assert (stamps["n1"], stamps["n2"]) == (1_795_860_000_000, 1_795_860_000_123)
+        assert stamps["n3"] > 1_795_860_000_123  # now
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)

@@ -8,7 +8,6 @@ import contextlib
 import pytest
 from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service, orders
 
-from consolidator.rules.errors import StoreError
 from consolidator.store.mysql import MySQLStore
 
 
@@ -132,21 +131,3 @@ def test_rejected_publishes_still_count_after_a_crash(store, clock, tmp_path):
     assert second.publish_failures == 1 and second.dead == 1
     assert store.batch_counts() == {"DEAD": 1}
 
-
-def test_a_republished_batch_is_checked_against_its_stored_members(store, clock, tmp_path):
-    """The first publish takes the id its claim computed from the members; a re-publish reads the
-    batch back and computes its id again from the stored rows: rows that no longer give that id
-    stop the tick, and nothing is published under a wrong id."""
-    ingest(store, clock, orders(4, groups=1))
-    clock.advance(POLICY.debounce_ms)
-    sink = RecordingSink(tmp_path / "out.jsonl")
-    sink.down = True
-    service = make_service(store, sink, clock, tmp_path)
-    assert service.tick().publish_failures == 1
-    with store.transaction() as cur:  # a member row changed under its CLAIMED batch
-        cur.execute("UPDATE buffer_rows SET src_offset = src_offset + 1000 WHERE status = 'CLAIMED' LIMIT 1")
-    sink.down = False
-    clock.advance(POLICY.tick_interval_ms)
-    with pytest.raises(StoreError, match="does not match its members"):
-        service.tick()
-    assert sink.messages() == [] and store.batch_counts() == {"CLAIMED": 1}

@@ -13,6 +13,7 @@ import pytest
 from moto import mock_aws
 from support import T0, record, sql
 
+from consolidator.rules.errors import LedgerNotDrained
 from consolidator.rules.events import FieldNames, decode
 from consolidator.rules.policy import FlushReason
 from consolidator.services.ingest import IngestService
@@ -22,7 +23,7 @@ from consolidator.store import schema
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
 ROWS = "SELECT * FROM buffer_rows ORDER BY id"
-MARKS = "SELECT src_topic, src_partition, high_water, ledger_high_water FROM partition_offsets ORDER BY src_partition"
+MARKS = "SELECT src_topic, src_partition, high_water FROM partition_offsets ORDER BY src_topic, src_partition"
 
 
 @pytest.fixture
@@ -161,10 +162,10 @@ def _ledger_row(store, topic: str, partition: int, offset: int) -> None:
         (SourcePosition(topic, partition, offset).sort_key(),))
 
 
-def test_migration_from_the_ledger_loses_and_reapplies_nothing(database_url, clock, dead_letter, monkeypatch):
-    """A v3 database whose ledger has a gap (offset 3 of partition 1 failed and Lambda will
-    re-deliver it, or it was poison): after migration 4, ledger positions stay no-ops, the
-    gap is applied once, and records above the old ledger go by the marks."""
+def test_migration_retires_the_ledger_only_once_it_is_drained(database_url, clock, dead_letter, monkeypatch):
+    """A v3 database whose ledger has a gap (offset 3 of partition 1 failed and Lambda may
+    re-deliver it): migration 4 derives the marks, migration 13 refuses to retire the ledger
+    (nothing written) until the operator confirms it drained; then the marks alone decide."""
     store = MySQLStore(ConnectionParams.from_url(database_url))
     every = schema._migrations
     monkeypatch.setattr(schema, "_migrations", lambda *args: every(*args)[:3])
@@ -175,20 +176,41 @@ def test_migration_from_the_ledger_loses_and_reapplies_nothing(database_url, clo
             _ledger_row(store, "orders", partition, offset)
     _ledger_row(store, "other.topic-with-dash", 7, 2**40)
     monkeypatch.setattr(schema, "_migrations", every)
-    assert 4 in store.migrate(T0)
+    with pytest.raises(LedgerNotDrained) as refused:
+        store.migrate(T0)
+    assert "'orders' partition 1: 1 offset(s) between 1 and 5 not in the ledger" in str(refused.value)
+    assert "partition 0" not in str(refused.value) and "other.topic" not in str(refused.value)
+    assert store.schema_version() == schema.LEDGER_RETIRED - 1  # the migrations before it applied
     assert sql(store, "SHOW TABLES LIKE 'ingested_positions'") == []
     assert [(m["src_topic"], m["src_partition"], m["high_water"], m["ledger_high_water"])
-            for m in sql(store, MARKS)] == [
+            for m in sql(store, MARKS.replace("high_water", "high_water, ledger_high_water"))] == [
         ("orders", 0, 3, 3), ("orders", 1, 5, 5), ("other.topic-with-dash", 7, 2**40, 2**40)]
 
+    assert store.migrate(T0, ledger_drained=True) == [13]
+    assert [tuple(m.values()) for m in sql(store, MARKS)] == [
+        ("orders", 0, 3), ("orders", 1, 5), ("other.topic-with-dash", 7, 2**40)]
     service = IngestService(store, dead_letter, FieldNames(), 256 * 1024, clock)
     redelivered = [record(o, partition=1, order=f"P1-{o}") for o in range(1, 8)]
     outcome = service.ingest(redelivered)
-    assert (outcome.failed, outcome.stored, outcome.replayed) == ([], 3, 4)  # 3 (the gap), 6, 7
-    assert sorted(r["src_offset"] for r in sql(store, ROWS)) == [3, 6, 7]
-    again = service.ingest(redelivered)
-    assert (again.stored, again.replayed) == (0, 7)
+    assert (outcome.failed, outcome.stored, outcome.replayed) == ([], 2, 5)  # 6, 7: the marks decide
+    assert sorted(r["src_offset"] for r in sql(store, ROWS)) == [6, 7]
     assert marks(store)[1] == 7
+    store.close()
+
+
+def test_a_drained_ledger_retires_without_asking(database_url, monkeypatch):
+    """No gap between a partition's lowest ledger position and its highest: migration 13 runs
+    at once, and the ledger's rows stay as applied positions."""
+    store = MySQLStore(ConnectionParams.from_url(database_url))
+    every = schema._migrations
+    monkeypatch.setattr(schema, "_migrations", lambda *args: every(*args)[:3])
+    assert store.migrate(T0) == [1, 2, 3]
+    for offset in (7, 8, 9):
+        _ledger_row(store, "orders", 0, offset)
+    monkeypatch.setattr(schema, "_migrations", every)
+    assert store.migrate(T0)[-1] == schema.SCHEMA_VERSION
+    assert store.replay_state_rows() == {"marks": 1, "applied_positions": 3}
+    assert store.replay_marks([("orders", 0)])[("orders", 0)].high_water == 9
     store.close()
 
 

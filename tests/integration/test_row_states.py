@@ -7,6 +7,7 @@ flush's re-publish) reads that effective state; a database from before it keeps 
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -15,7 +16,6 @@ from test_cleanup import FEB_2027, ingest_october
 from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service, orders
 from test_flush_crash import Crash, CrashingStore
 
-from consolidator.rules.batch import batch_id_v1
 from consolidator.rules.errors import StoreError
 from consolidator.rules.events import FieldNames, SourcePosition, bucket_of, decode
 from consolidator.rules.policy import FlushReason
@@ -86,13 +86,30 @@ def test_cleanup_drops_a_partition_only_when_no_row_in_it_has_a_claimed_batch(st
     assert service.run().dropped == ["p202610"], "rows of SENT and DEAD batches do not block"
 
 
+def v1_batch_id(group_key: str, positions) -> str:
+    """The id versions before schema 9 gave a batch (the code computes none this way any more)."""
+    lines = "".join(f"{p.topic}\t{p.partition}\t{p.offset}\n" for p in sorted(positions))
+    return hashlib.sha256(f"consolidator-batch-v1\n{group_key}\n{lines}".encode()).hexdigest()[:32]
+
+
+def write_rows_as_before(store, events) -> None:
+    """Rows as versions before the trace context (schema 12) wrote them: one PENDING row per
+    event, the columns those versions had (today's ingest writes columns they lack)."""
+    for e in events:
+        sql(store, "INSERT INTO buffer_rows (bucket, group_key, item_id, pos_key, src_topic, src_partition,"
+                   " src_offset, record_ts_ms, items, first_seen_ms, last_update_ms)"
+                   " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (e.bucket, e.group_key, e.item_id, e.position.sort_key(), *e.position, e.timestamp_ms,
+             json.dumps(e.items), T0, T0))
+
+
 def claim_as_before_schema_8(store, size: int, group_key: str = "WH-42") -> str:
     """Claim the group's oldest PENDING rows as versions 1-7 did: the rows carry the batch id,
     the batch row has no member keys, and the id is the v1 formula (no epochs: ``id_epochs`` NULL).
     Returns the batch id."""
     rows = sql(store, "SELECT id, src_topic, src_partition, src_offset FROM buffer_rows WHERE status = 'PENDING'"
                       " AND group_key = %s ORDER BY first_seen_ms, pos_key LIMIT %s", (group_key, size))
-    claimed = batch_id_v1(group_key, [SourcePosition(r["src_topic"], r["src_partition"], r["src_offset"]) for r in rows])
+    claimed = v1_batch_id(group_key, [SourcePosition(r["src_topic"], r["src_partition"], r["src_offset"]) for r in rows])
     sql(store, f"UPDATE buffer_rows SET status = 'CLAIMED', batch_id = %s WHERE id IN ({','.join(['%s'] * len(rows))})",
         (claimed, *[r["id"] for r in rows]))
     sql(store, "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms)"
@@ -109,7 +126,7 @@ def test_migration_7_keeps_the_states_of_a_version_6_database(database_url, cloc
     monkeypatch.setattr(schema, "_migrations", lambda *args: every(*args)[:6])
     assert store.migrate(T0) == [1, 2, 3, 4, 5, 6]
     events = [decode(record(i, order=f"A{i}"), FieldNames(), 1024) for i in range(1, 8)]
-    store.ingest(events, T0)
+    write_rows_as_before(store, events)
     ids = {}
     for state, size in (("SENT", 2), ("DEAD", 2), ("CLAIMED", 2)):
         ids[state] = claim_as_before_schema_8(store, size)
@@ -120,7 +137,7 @@ def test_migration_7_keeps_the_states_of_a_version_6_database(database_url, cloc
     assert raw_statuses(store) == before
 
     monkeypatch.setattr(schema, "_migrations", every)
-    assert store.migrate(T0) == [7, 8, 9, 10, 11]
+    assert store.migrate(T0) == [7, 8, 9, 10, 11, 12, 13]
     assert store.row_counts() == before
     assert raw_statuses(store) == {"CLAIMED": 4, "PENDING": 1, "SENT": 2}, "SENT rows stay SENT; DEAD rows follow their batch"
 
@@ -146,7 +163,7 @@ def test_migration_8_keys_the_batches_still_read_and_drops_ix_batch(database_url
     every = schema._migrations
     monkeypatch.setattr(schema, "_migrations", lambda *args: every(*args)[:7])
     assert store.migrate(T0) == [1, 2, 3, 4, 5, 6, 7]
-    store.ingest([decode(record(i, order=f"A{i}"), FieldNames(), 1024) for i in range(1, 9)], T0)
+    write_rows_as_before(store, [decode(record(i, order=f"A{i}"), FieldNames(), 1024) for i in range(1, 9)])
     ids = {state: claim_as_before_schema_8(store, size) for state, size in (("SENT", 2), ("DEAD", 2), ("CLAIMED", 3))}
     sql(store, "UPDATE batches SET state = 'SENT' WHERE batch_id = %s", (ids["SENT"],))
     sql(store, "UPDATE batches SET state = 'DEAD' WHERE batch_id = %s", (ids["DEAD"],))
@@ -155,7 +172,7 @@ def test_migration_8_keys_the_batches_still_read_and_drops_ix_batch(database_url
     partition = f"p{bucket_of(T0)}"
 
     monkeypatch.setattr(schema, "_migrations", every)
-    assert store.migrate(T0) == [8, 9, 10, 11]
+    assert store.migrate(T0) == [8, 9, 10, 11, 12, 13]
     keys = {r["batch_id"]: r["member_keys"] for r in sql(store, "SELECT batch_id, member_keys FROM batches")}
     assert keys["f" * 32] == "[]"
     for state in ("SENT", "DEAD", "CLAIMED"):
@@ -185,11 +202,11 @@ def test_a_batch_claimed_by_an_older_version_after_migration_8_gets_its_keys_fro
     every = schema._migrations
     monkeypatch.setattr(schema, "_migrations", lambda *args: every(*args)[:10])
     assert store.migrate(T0) == list(range(1, 11))
-    ingest(store, clock, orders(5, groups=1))
+    write_rows_as_before(store, [decode(r, FieldNames(), 1024) for r in orders(5, groups=1)])
     claimed = claim_as_before_schema_8(store, 3, group_key="WH-0")
     partition = f"p{bucket_of(T0)}"
     monkeypatch.setattr(schema, "_migrations", every)
-    assert store.migrate(T0) == [11]
+    assert store.migrate(T0) == [11, 12, 13]
     assert store.load_batch(claimed).batch_id == claimed
     with pytest.raises(StoreError, match="member_keys"):  # what a version before schema 8 would write
         sql(store, "INSERT INTO batches (batch_id, group_key, state, flush_reason, member_count, claimed_at_ms)"

@@ -52,5 +52,6 @@ def test_the_cli_says_it_in_one_line_and_db_migrate_brings_the_schema_up(env, da
     assert refused.exit_code == 1
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "schema version 8" in lines[0] and "consolidator db migrate" in lines[0], lines
-    assert cli_json(env, "db", "migrate") == {"applied": [9, 10, 11], "schema_version": schema.SCHEMA_VERSION}
+    assert cli_json(env, "db", "migrate") == {"applied": list(range(9, schema.SCHEMA_VERSION + 1)),
+                                                "schema_version": schema.SCHEMA_VERSION}
     assert cli(env, "status").exit_code == 0

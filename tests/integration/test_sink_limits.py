@@ -185,11 +185,14 @@ def test_cap_defaults_to_the_sink_limit_and_may_not_exceed_it(tmp_path):
 
 def test_a_kafka_body_within_the_sinks_cap_fits_with_the_longest_group_key_and_header():
     """The byte cap of batches defaults to the sink's ``max_message_bytes``: a body of exactly
-    that size, under a 191-character group key of 4-byte characters, passes the sink's own check."""
+    that size, under a 191-character group key of 4-byte characters, with the batch id and the
+    traceparent headers (tracing on), passes the sink's own check."""
     sink = KafkaSink("127.0.0.1:1", "batches", max_message_bytes=2000, flush_timeout_s=0.1)
     try:
-        largest = OutgoingBatch("a" * 32, "\U0001F600" * 191, b"x" * sink.max_message_bytes)
-        assert len(largest.body) + len(largest.group_key.encode()) + len("batch_id") + 32 == 2000
+        largest = OutgoingBatch("a" * 32, "\U0001F600" * 191, b"x" * sink.max_message_bytes,
+                                f"00-{'a' * 32}-{'1' * 16}-01")
+        assert (len(largest.body) + len(largest.group_key.encode()) + len("batch_id") + 32
+                + len("traceparent") + len(largest.traceparent)) == 2000
         errors = sink.publish([largest])
         assert "over the" not in errors.get(0, "")  # not refused for its size (no broker is there to take it)
     finally:

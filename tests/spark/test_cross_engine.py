@@ -236,3 +236,65 @@ def test_identical_batches_split_where_a_sum_would_pass_int64(spark, store, tmp_
     assert max(quantities) <= MAX_QUANTITY < 3 * 4 * 10**18  # a Java long holds every sum; three do not fit one
     assert len(records) - 1 <= sum(len(m["members"]) for m in lambda_batches) <= len(records)  # none lost
     assert len(lambda_batches) > len(records) // policy.max_batch_size  # claims were split
+
+
+EVENT_TIME_NAMES = FieldNames(event_time=("ts",))
+
+
+def timed_history(seed: int) -> list[KafkaRecord]:
+    """:func:`history` with each value's own time in ``ts``: most a little before its record
+    timestamp, some hours late (older than the TTL when they arrive), some in the other month,
+    a few missing or without a zone (poison). A re-delivered position gets the same value: a
+    position identifies one record."""
+    out = []
+    for r in history(seed):
+        rng = random.Random(f"{seed}/{r.partition}/{r.offset}")
+        try:
+            document = json.loads(r.value)
+        except ValueError:
+            out.append(r)
+            continue
+        if not isinstance(document, dict) or "items" not in document:
+            out.append(r)
+            continue
+        lag = rng.choice([0, 2_000, 60_000, 30 * 60_000, 5 * 3_600_000])
+        stamp = r.timestamp_ms - lag
+        pick = rng.random()
+        if pick < 0.03:
+            document.pop("ts", None)
+        elif pick < 0.05:
+            document["ts"] = "2026-11-30T23:00:00"
+        elif pick < 0.5:
+            document["ts"] = datetime.fromtimestamp(stamp / 1000, UTC).isoformat()
+        else:
+            document["ts"] = stamp
+        out.append(r._replace(value=json.dumps(document).encode()))
+    return out
+
+
+def test_identical_batches_and_expiries_with_an_event_time_field(spark, store, tmp_path):
+    from consolidator.spark.replay import NamedPolicy, replay
+    from consolidator.spark.transforms import records as to_records
+
+    records = timed_history(seed=5)
+    policy = dataclasses.replace(LIMITED, ttl_ms=3_600_000, event_times=True)
+    lambda_batches, lambda_dead = serverless(records, store, tmp_path, policy, EVENT_TIME_NAMES)
+    frame = to_records(spark.createDataFrame(
+        [(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value) for r in records],
+        "topic string, partition int, offset long, timestamp long, key binary, value binary"))
+    result = replay(frame, [NamedPolicy("timed", policy)], EVENT_TIME_NAMES).collect()
+    spark_batches = {m["batch_id"]: m for m in (json.loads(r["body"]) for r in result if r["kind"] == "batch")}
+    spark_expired = [json.loads(r["body"]) for r in result if r["kind"] == "expired"]
+    spark_dead = [json.loads(r["body"]) for r in result if r["kind"] == "dead_letter"]
+
+    assert spark_batches == {m["batch_id"]: m for m in lambda_batches}  # event times in first/last_event_at
+    lambda_expired = [e for e in lambda_dead if e["reason"] == "expired"]
+    assert spark_expired and sorted(spark_expired, key=json.dumps) == sorted(lambda_expired, key=json.dumps)
+    assert any(e["age_ms"] > 3_600_000 * 4 for e in spark_expired)  # late arrivals expired at their first tick
+
+    def poison(entries: list[dict]) -> list[tuple]:
+        return sorted((e["reason"], e["source"]["partition"], e["source"]["offset"], e.get("detail"))
+                      for e in entries if e["reason"] != "expired")
+
+    assert "bad_event_time" in {p[0] for p in poison(spark_dead)}
+    assert sorted(set(poison(spark_dead))) == sorted(set(poison(lambda_dead)))  # a re-delivered position: twice

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -154,3 +155,90 @@ def test_replay_and_stream_take_the_event_shape_as_options_checked_before_spark_
                                          "--sink-url", f"file://{tmp_path}/b.jsonl",
                                          "--dead-letter-url", f"file://{tmp_path}/d.jsonl", "--aggregate", bad])
     assert streamed.exit_code == 2 and "--aggregate: entry 0 ('n')" in streamed.output
+
+
+def _iso(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+@pytest.mark.spark
+def test_replay_reads_a_values_file_as_ingest_does_and_reports_late_arrivals(spark, tmp_path, monkeypatch):
+    """The file `ingest --file` and `kafka produce` take: told by its first line, its records
+    arrive at --timestamp-field; with an event time field, an event 48 hours old when it arrives
+    expires under a one-hour TTL and the report says it arrived late."""
+    monkeypatch.setenv("CONSOLIDATOR_EVENT_TIME_FIELD", "ts")
+    base = 1_795_000_020_000
+    values = [json.dumps({"location_id": "C-1", "order_id": f"n{i}", "items": [], "sent": base + i * 1000,
+                          "ts": _iso(base + i * 1000 - (48 * 3_600_000 if i == 0 else 0))}) for i in range(5)]
+    source = tmp_path / "values.jsonl"
+    source.write_text("\n".join([*values, "", "{not json"]) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stale.txt").write_text("from an earlier run")
+    result = runner.invoke(spark_app, ["replay", "--input", str(source), "--out", str(out),
+                                       "--timestamp-field", "sent", "--debounce-seconds", "60",
+                                       "--event-ttl-seconds", "3600"])
+    assert result.exit_code == 0, result.output
+    assert "reading values " in result.stderr and ": 6 records" in result.stderr
+    assert "d60s-h1800s-n500-t30s-ttl3600s: 6 in, 1 batches" in result.stdout
+    assert "expired 1 (1 late: older than the TTL when they arrived)" in result.stdout
+    (policy,) = json.loads((out / "report" / "report.json").read_text())["policies"]
+    assert (policy["expired"], policy["late_arrivals"], policy["dead_lettered"]) == (1, 1, 1)
+    (dead,) = [json.loads(line) for part in (out / "dead_letter").glob("part-*") for line in part.read_text().splitlines()]
+    assert (dead["reason"], dead["source"]["offset"]) == ("not_json", 7)  # the line number, blank lines counted
+    (batch,) = [json.loads(line) for part in (out / "batches").rglob("part-*") for line in part.read_text().splitlines()]
+    assert (batch["first_event_at"], batch["event_count"]) == (_iso(base + 1000).replace("Z", ".000Z"), 4)
+    assert not (out / "stale.txt").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["out", "values.jsonl"]
+
+
+def test_replay_refuses_an_input_it_cannot_read_in_one_line_before_spark_starts(tmp_path, monkeypatch):
+    from consolidator.spark import session
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr(session, "build_session", no_spark)
+    envelopes = tmp_path / "broken.jsonl"
+    envelopes.write_text('{"topic": "t", "partition": 0, "offset": null, "value": "x"}\n')
+    values = tmp_path / "values.jsonl"
+    values.write_text('{"location_id": "a", "order_id": "b"}\n')
+    cases = {
+        ("--input", str(tmp_path / "missing.jsonl")): "does not exist",
+        ("--input", str(envelopes), "--format", "envelope"): "holds no record to replay as envelope (line 1: offset",
+        ("--input", str(values), "--format", "msk-event"): "no record to replay as msk-event (bad_event: not a Kafka",
+        ("--input", str(values), "--format", "csv"): "--format is one of auto, values, envelope",
+        ("--input", str(envelopes), "--timestamp-field", "ts"): "--timestamp-field is for plain values",
+        ("--input", str(tmp_path), "--format", "values"): "reads one local file",
+    }
+    for args, expected in cases.items():
+        result = runner.invoke(spark_app, ["replay", "--out", str(tmp_path / "out"), *args])
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("cannot replay: ") and expected in lines[0], (args, lines)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.jsonl", "values.jsonl"]  # no partial output
+
+
+@pytest.mark.spark
+def test_a_replay_that_fails_leaves_no_partial_output_and_the_old_output_as_it_was(spark, tmp_path, monkeypatch):
+    """The job fails half way through writing its outputs: nothing of it is left, and the
+    output of an earlier run is as it was."""
+    from consolidator.spark import replay
+
+    def half_written(result, out_dir: str) -> None:
+        (Path(out_dir) / "batches").mkdir(parents=True)
+        (Path(out_dir) / "batches" / "part-00000.txt").write_text("{}")
+        raise RuntimeError("the cluster went away")
+
+    monkeypatch.setattr(replay, "write_outputs", half_written)
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"topic": "t", "partition": 0, "offset": 1, "timestamp": 1_795_000_020_000,
+                                  "value": json.dumps({"location_id": "a", "order_id": "b", "items": []})}) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "kept.txt").write_text("an earlier run")
+    result = runner.invoke(spark_app, ["replay", "--input", str(source), "--out", str(out)])
+    assert isinstance(result.exception, RuntimeError)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out"]
+    assert [p.name for p in out.iterdir()] == ["kept.txt"]

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from consolidator.rules.batch import (
     Member,
     batch_id,
-    batch_id_v1,
     build_message,
     encode,
     load_schema,
@@ -105,13 +104,13 @@ def test_encoding_is_canonical_so_republishes_are_byte_identical():
 
 def test_batch_id_and_bytes_are_stable_across_versions():
     """Downstream deduplicates on batch_id and may compare bytes: both formats are frozen for v1.
-    The v1 id (batches claimed before schema 9) and the v2 id are both frozen."""
+    The id is frozen; an id once assigned (a v1 id, claimed before schema 9) is sent as stored."""
     positions = [SourcePosition("orders", 2, 10), SourcePosition("orders", 0, 7), SourcePosition("ördérs", 1, 2**40)]
-    assert batch_id_v1("WH-42", positions) == "70143871a422e25ea2f3444a30944322"
     assert batch_id("WH-42", positions) == "bc4fd9f0ad8b3a94b2a4b4c6dcdc352d"
     members = [Member(p, f"I{i}", (("S", 1),), T0, T0) for i, p in enumerate(positions)]
-    assert build_message("WH-42", members, FlushReason.FULL, T0, epochs=None)["batch_id"] == batch_id_v1(
-        "WH-42", positions), "a batch claimed before schema 9 keeps its v1 id"
+    v1_id = "70143871a422e25ea2f3444a30944322"
+    assert build_message("WH-42", members, FlushReason.FULL, T0, assigned_id=v1_id)["batch_id"] == v1_id, \
+        "a batch claimed before schema 9 keeps its v1 id"
     message = build_message("WH-42", [member(1, "Ö\u2028", [("SKU-\x01\"\\", 2**40)], first=T0 + 123)],
                             FlushReason.FULL, T0 + 30_000)
     assert encode(message) == json.dumps(message, sort_keys=True, separators=(",", ":"),

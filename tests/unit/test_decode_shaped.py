@@ -1,6 +1,7 @@
-"""Under a generic shape, ``decode``'s inline common case returns exactly what ``decode_exact``
-returns: the same Event (position, identifiers, retained value, payload) for a valid record, the
-same reason and detail for poison (docs/semantics.md section 2)."""
+"""Under a generic shape, ``decode`` returns exactly what ``decode_exact`` returns (it is the one
+path there): the same Event (position, identifiers, retained value, payload) for a valid record,
+the same reason and detail for poison (docs/semantics.md section 2). The odd values here are the
+Spark decoder's reference too (tests/unit/test_decode_shape.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from random_shapes import random_history, random_shape
 
-from consolidator.rules import events
 from consolidator.rules.events import FieldNames, KafkaRecord, PoisonEvent, decode, decode_exact
-from consolidator.rules.shape import Shape, parse_outputs
+from consolidator.rules.shape import Shape
 
 LIMIT = 4_096
 
@@ -102,14 +102,3 @@ def near_valid(draw) -> bytes:
 def test_near_valid_events_get_the_exact_outcome(seed, value, limit):
     names = names_of(random_shape(random.Random(seed)))
     assert outcome(decode, value, names, limit) == outcome(decode_exact, value, names, limit)
-
-
-def test_a_valid_event_never_reaches_the_exact_path(monkeypatch):
-    def refuse(*args):
-        raise AssertionError("exact path used")
-
-    monkeypatch.setattr(events, "decode_exact", refuse)
-    shape = Shape(parse_outputs(json.dumps([{"name": "n", "op": "sum", "path": "amount"}])), True)
-    event = decode(KafkaRecord("events", 0, 1, 1_798_761_600_000, None, b'{"tenant":"T","user":"u","amount":2}'),
-                   names_of(shape), LIMIT)
-    assert (event.group_key, event.item_id, event.items.event["amount"]) == ("T", "u", 2)

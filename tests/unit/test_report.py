@@ -115,3 +115,21 @@ def test_chart_names_the_bound_and_the_hard_window_when_they_are_equal(tmp_path)
         write_report(FIGURES, tmp_path, max_p95_ms=1_800_000)
     assert any(t.startswith("hard window") for t in seen) and any(t.startswith("--max-p95 1800 s") for t in seen)
     assert any(t.startswith("dominated") for t in seen)
+
+
+def test_a_tie_goes_to_the_simpler_policy_without_a_rate_limit():
+    limited = replace(BASE, policy="d300s-h1800s-n500-t30s-r5per60s", rate_limit="5/60s")
+    plain = replace(BASE, policy="d300s-h1800s-n500-t30s")
+    assert recommend([limited, plain], 10**9) is plain  # "-r..." sorts after by name too: check both orders
+    named_first = replace(limited, policy="a-limited")
+    assert recommend([named_first, plain], 10**9) is plain
+
+
+def test_the_near_tie_advice_names_only_the_settings_that_differ():
+    from consolidator.cli.spark.report import recommendation_text
+
+    best = replace(BASE, policy="d300s-h1800s-n500-t30s")
+    limited = replace(BASE, policy="d300s-h1800s-n500-t30s-r5per60s", rate_limit="5/60s", compaction_ratio=9.9)
+    text = recommendation_text([best, limited], 10**9)
+    assert "they differ in rate limit: choose on what the figures do not measure (no rate limit is simpler" in text
+    assert "debounce" not in text and "smaller batch" not in text

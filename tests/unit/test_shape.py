@@ -30,6 +30,7 @@ from consolidator.rules.events import (
 )
 from consolidator.rules.policy import FlushReason
 from consolidator.rules.shape import (
+    REFERENCE_SHAPE,
     EventView,
     Shape,
     ShapeError,
@@ -199,10 +200,10 @@ def test_every_message_fits_the_cap_on_its_exact_bytes_and_validates_against_the
     payloads included), as the sink counts them (``sqs``: U+FFFF sent as a 6-byte escape), are
     within the cap, or the batch is one member that can never fit."""
     full, paths = parse_payload(payload)
-    shape = Shape(SENSORS, full, paths) if shaped or payload != "none" else None
+    shape = Shape(SENSORS, full, paths) if shaped or payload != "none" else REFERENCE_SHAPE
     members = []
     for i, blob in enumerate(blobs):
-        if shape is None:
+        if shape.is_reference:
             members.append(Member(SourcePosition("t", 0, i), f"item-\x01\"\uffff{i}", ((f"sku{i % 3}\ufffe", i),), i,
                                   i + 1))
         else:

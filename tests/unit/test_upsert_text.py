@@ -16,6 +16,7 @@ from pymysql.converters import escape_string
 
 from consolidator.rules.events import Event, SourcePosition, bucket_of
 from consolidator.rules.shape import EventView
+from consolidator.rules.tracecontext import TraceContext
 from consolidator.store.buffer import _UPSERT_HEAD, _UPSERT_TAIL, _upsert_statements
 from consolidator.store.connection import _json_escaper
 
@@ -29,9 +30,14 @@ def reference(events, now_ms: int, no_backslash: bool) -> list[str]:
     def esc_json(text):
         return text.replace("'", "''") if no_backslash else text.replace("\\", "\\\\").replace("'", "\\'")
 
+    def trace(context):
+        if context is None:
+            return "NULL,NULL"
+        return f"'{esc(context.traceparent)}'," + ("NULL" if context.tracestate is None else f"'{esc(context.tracestate)}'")
+
     rows = [f"({bucket_of(e.timestamp_ms)},'{esc(e.group_key)}','{esc(e.item_id)}',X'{e.position.sort_key().hex()}',"
             f"'{esc(e.position.topic)}',{e.position.partition},{e.position.offset},{e.timestamp_ms},"
-            f"'{esc_json(orjson.dumps(e.items).decode())}',{now_ms},{now_ms})" for e in events]
+            f"'{esc_json(orjson.dumps(e.items).decode())}',{now_ms},{now_ms},{trace(e.trace)})" for e in events]
     return [_UPSERT_HEAD + ", ".join(rows) + _UPSERT_TAIL] if rows else []
 
 
@@ -42,12 +48,14 @@ def cursor(no_backslash: bool):
 
 texts = st.text(min_size=1, max_size=6) | st.sampled_from(["WH-1", "it's", "a\\b", "\x00\n\r\x1a\"", "é😀"])
 events = st.builds(
-    lambda topic, partition, offset, ts, group, item, items: Event(
-        SourcePosition(topic, partition, offset), ts, group, item, tuple(items), b""),
+    lambda topic, partition, offset, ts, group, item, items, trace: Event(
+        SourcePosition(topic, partition, offset), ts, group, item, tuple(items), b"", trace),
     st.sampled_from(["orders", "o'r", "t\\x", "ünï"]), st.integers(-(2**31), 2**31 - 1) | st.integers(0, 3),
     st.integers(-(2**63), 2**63 - 1) | st.integers(0, 9), st.integers(0, 253_402_300_799_999),
     st.sampled_from(["WH-1", "WH-2"]) | texts, texts,
     st.lists(st.tuples(texts, st.integers(0, 2**63 - 1)), max_size=2),
+    st.none() | st.builds(TraceContext, st.just(f"00-{'a' * 32}-{'1' * 16}-01"),
+                          st.none() | st.sampled_from(["rojo=1", "a=b,c=d", "x='y'\\z"])),
 )
 
 

@@ -26,6 +26,7 @@ from consolidator.cli.options import MARKUP_MODE, as_setting, bounded, topic_nam
 from consolidator.cli.render import console, echo, styled
 from consolidator.rules.errors import ConfigurationError, ConsolidatorError
 from consolidator.rules.printable import echoed
+from consolidator.support import tracing
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -140,7 +141,7 @@ class _Root(TyperGroup):
 ROOT_HELP = (
     "Operate the Consolidator buffer: db (schema), status, flush, ingest (a local file), kafka (a local"
     " Kafka), dlq (dead letters), batch (completion tracking), limits (rate limits), offsets (replay"
-    " marks), partitions, demo, worker (the long-running consumer service), spark (Spark jobs). Settings"
+    " marks), partitions, docs (generated pages), demo, worker (the long-running consumer service), spark (Spark jobs). Settings"
     " come from CONSOLIDATOR_* variables: each command's --help names the ones it reads."
 )
 
@@ -239,11 +240,14 @@ def check_batch_ids(batch_ids: list[str], as_json: bool) -> None:
 
 
 def guarded(command: Callable) -> Callable:
-    """Map the project's errors to one clear line and the documented exit codes."""
+    """Map the project's errors to one clear line and the documented exit codes. Tracing is
+    configured from the ``OTEL_*`` variables first (:mod:`consolidator.support.tracing`) and
+    the command's spans (service ``consolidator-<command>``) are exported before it returns."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
+            tracing.configure(f"consolidator-{command.__name__.replace('_', '-')}")  # e.g. consolidator-worker
             return command(*args, **kwargs)
         except ConfigurationError as exc:
             say_error("configuration error", exc)
@@ -252,6 +256,8 @@ def guarded(command: Callable) -> Callable:
             hint = database_hint(exc)
             say_error("error", f"{exc} -> {hint}" if hint else exc)
             raise typer.Exit(EXIT_FAILED) from None
+        finally:
+            tracing.flush()
 
     return wrapper
 

@@ -62,20 +62,20 @@ def _aggregates(view, shape) -> tuple[dict | None, str | None]:
     """The batch's aggregates as its message computes them from its rows (``{"items": [...]}``
     for the reference shape), or None and why not."""
     from consolidator.rules.batch import Member, batch_aggregates
-    from consolidator.rules.shape import EventView
+    from consolidator.rules.shape import REFERENCE_SHAPE, EventView
 
     if view.kind != "batch":
         return None, "an expiry record: its rows were not published"
     if not view.members:
         return None, "its rows are gone (dropped with their partition)"
     generic = any(m.items is None for m in view.members)
-    if generic and shape is None:
+    if generic and shape.is_reference:
         return None, ("its rows keep events of a generic shape: set CONSOLIDATOR_AGGREGATE and"
                       " CONSOLIDATOR_MEMBER_PAYLOAD as the flusher has them")
     members = [Member(m.position, m.item_id, EventView(m.event) if m.items is None else m.items, m.first_seen_ms,
                       m.last_update_ms, m.merged_events) for m in view.members]
     try:
-        return batch_aggregates(view.group_key, members, shape if generic else None), None
+        return batch_aggregates(view.group_key, members, shape if generic else REFERENCE_SHAPE), None
     except (ValueError, TypeError) as exc:  # rows kept under another spec than the one set now
         return None, f"not computable with the CONSOLIDATOR_AGGREGATE set now: {exc}"
 

@@ -32,11 +32,17 @@ def db_migrate(
     create: Annotated[bool, typer.Option(
         "--create", help="Create the database first when it does not exist (utf8mb4_bin); an existing "
                          "one is used as it is.")] = False,
+    ledger_drained: Annotated[bool, typer.Option(
+        "--ledger-drained", help="Confirm that Kafka will not deliver again any record at or below the "
+                                 "pre-v4 ledger's highest offsets (the consumer group committed past them): "
+                                 "the ledger is retired although it has gaps.")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Create or upgrade the schema (idempotent: applies only the missing migrations). Exit 1
-    when the database does not exist and --create was not given. The database user must be
-    allowed to create tables (and, with --create, the database)."""
+    when the database does not exist and --create was not given, or when a pre-v4 ledger may
+    still decide re-delivered records and --ledger-drained was not given (the error names the
+    partitions). The database user must be allowed to create tables (and, with --create, the
+    database)."""
     store = store_for(load_settings("CleanupSettings"), migrating=True)
     now = wall_clock_ms()
     created = False
@@ -45,7 +51,7 @@ def db_migrate(
 
         created = create_owned_database_if_missing(store.params, CREATOR, now)
     try:
-        applied = store.migrate(now)
+        applied = store.migrate(now, ledger_drained)
     except StoreUnavailable as exc:
         if mysql_code(exc) != UNKNOWN_DATABASE:
             raise

@@ -21,6 +21,7 @@ from consolidator.cli.base import (
     topic_name,
 )
 from consolidator.cli.render import echo
+from consolidator.support import tracing
 
 kafka_app = typer.Typer(help="A local Kafka (librdkafka's mock cluster) and a producer of event files.",
                         no_args_is_help=True)
@@ -70,6 +71,14 @@ def serve(
               highlight=False, soft_wrap=True)
 
 
+def _stamp(line: bytes, path: tuple[str, ...]) -> int:
+    """The value's event time at ``path`` (epoch ms); ``ValueError`` naming why it cannot be read."""
+    from consolidator.rules.event_time import event_time_ms
+    from consolidator.sources.files import parse_json
+
+    return event_time_ms(parse_json(line), path)
+
+
 def _key(line: bytes, field: str | None) -> bytes | None:
     """The value's ``field`` as the message key (so one group stays on one partition), if any."""
     if not field:
@@ -94,6 +103,10 @@ def produce(
     key_field: Annotated[str, typer.Option(
         "--key-field", envvar="CONSOLIDATOR_GROUP_KEY_FIELD",
         help="The message key is this field of the value (the group key); empty: no key.")] = "location_id",
+    timestamp_field: Annotated[str | None, typer.Option(
+        "--timestamp-field", envvar="CONSOLIDATOR_EVENT_TIME_FIELD",
+        help="The record timestamp is this field of the value (a path; epoch ms or ISO-8601 with a zone); "
+             "a line without a readable one is stamped now and counted. Default: stamped now.")] = None,
     timeout_seconds: Annotated[float, typer.Option(
         "--timeout-seconds", parser=bounded(0.1, 3600, " seconds"),
         help="Wait this long for every acknowledgement (0.1 to 3,600 s).")] = 30.0,
@@ -102,13 +115,19 @@ def produce(
     """Produce a JSON-lines file of event values to a Kafka topic, one message per non-blank line
     (blank lines are counted, not produced; the line's bytes as the value, untouched: a line that
     is not JSON arrives as poison),
-    stamped now by the producer. Reads CONSOLIDATOR_KAFKA_BOOTSTRAP, CONSOLIDATOR_SOURCE_TOPIC and
-    CONSOLIDATOR_GROUP_KEY_FIELD when the options are not given. Exit 1 unless every message was
-    acknowledged (acks=all)."""
+    stamped now by the producer, or by the value's --timestamp-field. Reads CONSOLIDATOR_KAFKA_BOOTSTRAP,
+    CONSOLIDATOR_SOURCE_TOPIC, CONSOLIDATOR_GROUP_KEY_FIELD and CONSOLIDATOR_EVENT_TIME_FIELD when the
+    options are not given. Exit 1 unless every message was acknowledged (acks=all). While tracing is
+    on (OTEL_TRACES_EXPORTER) the run is one span and every message carries its `traceparent` header."""
     from confluent_kafka import KafkaException, Producer
 
+    from consolidator.rules.shape_spec import parse_path
     from consolidator.support.kafkalog import client_logging
 
+    try:
+        stamp_path = None if not timestamp_field else parse_path(timestamp_field)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--timestamp-field") from None
     try:
         handle = file.open("rb")
     except OSError as exc:
@@ -119,6 +138,10 @@ def produce(
     errors: list[str] = []
     partitions: dict[int, int] = {}
     sent = blank = 0
+    unstamped: list[str] = []  # lines produced stamped now: their time could not be read
+    tracing.configure("consolidator-producer")
+    span = tracing.start_send_span(topic, "produce")  # None while tracing is off
+    headers = None if span is None else [("traceparent", tracing.traceparent_of(span).encode())]
 
     def delivered(error, message) -> None:
         if error is not None:
@@ -132,12 +155,20 @@ def produce(
             if not line:
                 blank += 1  # no message, but counted: every line of the file is accounted for
                 continue
+            stamp = {}  # no timestamp: the producer stamps it now
+            if stamp_path is not None:
+                try:
+                    stamp = {"timestamp": max(1, _stamp(line, stamp_path))}  # librdkafka reads 0 as now
+                except ValueError as exc:
+                    unstamped.append(f"line {sent + blank + 1}: {exc}")
             try:
                 try:
-                    producer.produce(topic, value=line, key=_key(line, key_field), on_delivery=delivered)
+                    producer.produce(topic, value=line, key=_key(line, key_field), headers=headers, **stamp,
+                                     on_delivery=delivered)
                 except BufferError:
                     producer.poll(1.0)  # queue full: serve delivery reports, then once more
-                    producer.produce(topic, value=line, key=_key(line, key_field), on_delivery=delivered)
+                    producer.produce(topic, value=line, key=_key(line, key_field), headers=headers, **stamp,
+                                     on_delivery=delivered)
             except (BufferError, KafkaException) as exc:
                 errors.append(str(exc))
                 break
@@ -148,8 +179,13 @@ def produce(
     if unconfirmed:
         errors.append(f"{unconfirmed} message(s) without a delivery report after {timeout_seconds + 5:g} s")
     acknowledged = sum(partitions.values())
+    if span is not None:
+        span.set_attributes({"messaging.batch.message_count": sent, "consolidator.produce.acknowledged": acknowledged})
+        span.end()
+        tracing.flush()
     document = {"file": str(file), "topic": topic, "bootstrap_servers": bootstrap_servers, "produced": sent,
-                "blank_lines": blank, "acknowledged": acknowledged, "per_partition": dict(sorted(partitions.items())),
+                "blank_lines": blank, "stamped_now": len(unstamped), "unstamped": unstamped[:10],
+                "acknowledged": acknowledged, "per_partition": dict(sorted(partitions.items())),
                 "errors": errors[:10], "ok": not errors and not unconfirmed and acknowledged == sent}
     if as_json:
         emit_json(document)
@@ -158,6 +194,9 @@ def produce(
         out.print(f"{acknowledged} of {sent} messages from {file} acknowledged by {topic} at {bootstrap_servers} "
                   f"(per partition {spread})" + (f"; {blank} blank lines, not produced" if blank else ""),
                   soft_wrap=True)
+        if unstamped:
+            say_error("stamped now", f"{len(unstamped)} line(s) without a readable --timestamp-field, "
+                                    f"first {unstamped[0]}")
         for error in errors[:10]:
             say_error("not delivered", error)
     if not document["ok"]:

@@ -27,8 +27,7 @@ offsets_app = typer.Typer(help="Replay protection: one high-water offset per (to
 
 
 def _rows(offsets) -> list[dict]:
-    return [{"topic": o.topic, "partition": o.partition, "high_water": o.high_water,
-             "ledger_high_water": o.ledger_high_water} for o in offsets]
+    return [{"topic": o.topic, "partition": o.partition, "high_water": o.high_water} for o in offsets]
 
 
 @offsets_app.command("list", cls=reads("CleanupSettings"))
@@ -43,11 +42,10 @@ def offsets_list(
         emit_json({"offsets": rows})
         return
     table = Table(title="replay high-water marks")
-    for column in ("topic", "partition", "high water", "old ledger decides up to"):
+    for column in ("topic", "partition", "high water"):
         table.add_column(column)
     for r in rows:
-        table.add_row(r["topic"], str(r["partition"]), str(r["high_water"]),
-                      "-" if r["ledger_high_water"] is None else str(r["ledger_high_water"]))
+        table.add_row(r["topic"], str(r["partition"]), str(r["high_water"]))
     out.print(table)
 
 

@@ -13,6 +13,7 @@ from consolidator.demo.lambda_context import LocalLambdaContext
 from consolidator.demo.synthetic import Message
 from consolidator.rules.events import KafkaRecord
 from consolidator.sources.msk import event_from_records
+from consolidator.support import tracing
 
 _quiet = logging.getLogger("consolidator.demo.kafka")
 _quiet.addHandler(logging.NullHandler())
@@ -53,11 +54,16 @@ class SyntheticProducer(threading.Thread):
     def run(self) -> None:
         try:
             for index, burst in enumerate(self.plan):
+                span = tracing.start_send_span(INPUT_TOPIC, "produce")  # one per burst, while tracing is on
+                headers = None if span is None else [("traceparent", tracing.traceparent_of(span).encode())]
                 for message in burst:
-                    self._produce(message)
+                    self._produce(message, headers)
                     self._producer.poll(0)
                 if self._producer.flush(30) != 0:
                     raise DemoError("the synthetic producer could not deliver a burst")
+                if span is not None:
+                    span.set_attribute("messaging.batch.message_count", len(burst))
+                    span.end()
                 if index < len(self.gaps):
                     time.sleep(self.gaps[index])
         except Exception as exc:  # noqa: BLE001 - re-raised by the main thread as DemoError
@@ -69,7 +75,7 @@ class SyntheticProducer(threading.Thread):
         self._producer.flush(10)
         del self._producer  # destroyed before the mock cluster goes away
 
-    def _produce(self, message: Message) -> None:
+    def _produce(self, message: Message, headers: list | None = None) -> None:
         timestamp_ms = int(time.time() * 1000)  # CreateTime: the event time latency is measured from
 
         def delivered(err, msg) -> None:
@@ -82,7 +88,7 @@ class SyntheticProducer(threading.Thread):
         while True:
             try:
                 self._producer.produce(INPUT_TOPIC, key=message.key, value=message.value, timestamp=timestamp_ms,
-                                       on_delivery=delivered)
+                                       headers=headers, on_delivery=delivered)
                 break
             except BufferError:
                 self._producer.poll(0.1)
@@ -222,10 +228,16 @@ def read_output(bootstrap: str, topic: str = OUTPUT_TOPIC, idle_s: float = 2.0) 
             last = time.monotonic()
             position[message.partition()] = message.offset() + 1
             body = json.loads(message.value())
-            header = dict(message.headers() or ()).get("batch_id", b"").decode()
+            headers = dict(message.headers() or ())
+            header = headers.get("batch_id", b"").decode()
             if header != body.get("batch_id"):
                 raise DemoError(f"batch_id header {header!r} differs from the body's {body.get('batch_id')!r}")
+            parent = headers.get("traceparent")
+            span = tracing.start_receive_span(topic, message.partition(), message.offset(), "consolidator-demo-reader",
+                                              header, None if parent is None else parent.decode("ascii", "replace"))
             out.append(OutBatch(body, message.timestamp()[1]))
+            if span is not None:  # the downstream consumer's work on the batch, in the batch's trace
+                span.end()
         return out
     finally:
         consumer.close()

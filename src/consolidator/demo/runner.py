@@ -54,6 +54,7 @@ from consolidator.demo.synthetic import bursts
 from consolidator.rules.errors import ConsolidatorError
 from consolidator.store.databases import recreate_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
+from consolidator.support import tracing
 from consolidator.support.redact import masked
 
 DEMO_CREATOR = "consolidator demo"  # the ownership marker of the databases the demo creates
@@ -156,6 +157,9 @@ def run_demo(config: DemoConfig | None, console: Console) -> DemoResult:
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_LOG_LEVEL": "WARNING" if config.verbose else "CRITICAL",
     }
+    # OTEL_TRACES_EXPORTER=console (or otlp): the producer, both functions and the reader of the
+    # output topic trace into one provider (service consolidator-demo), exported as the demo ends
+    tracing.configure("consolidator-demo")
     plan = bursts(config.warehouses, config.orders, config.poison, config.bursts, config.seed)
     import random
 
@@ -221,6 +225,7 @@ def run_demo(config: DemoConfig | None, console: Console) -> DemoResult:
         producer.close()
         finished_ingest = time.monotonic()
         batches = read_output(kafka.bootstrap)
+        tracing.flush()
         dead_letter = _read_jsonl(dead_letter_path)
         batch_counts = monitor.batch_counts()
         monitor.close()

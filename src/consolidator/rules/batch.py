@@ -37,6 +37,7 @@ from consolidator.rules.events import MAX_QUANTITY, SourcePosition
 from consolidator.rules.policy import FlushReason, Policy
 from consolidator.rules.shape import (
     INT64_MAX,
+    REFERENCE_SHAPE,
     EventView,
     Shape,
     aggregate,
@@ -86,7 +87,7 @@ def batch_id(group_key: str, positions: Iterable[SourcePosition], epochs: Mappin
     The hashed text is ``consolidator-batch-v2``, the kind and the group key, then per position
     its topic, epoch, partition and offset fields. Sorted positions of one partition come
     together, so that partition's first three fields are formatted once for all of them (the
-    claim and the message of every flushed row compute this id)."""
+    claim computes this id for every flushed row)."""
     parts = ["consolidator-batch-v2", _field(kind), _field(group_key)]
     append = parts.append
     head, topic_of_head, partition_of_head = "", None, None
@@ -97,13 +98,6 @@ def batch_id(group_key: str, positions: Iterable[SourcePosition], epochs: Mappin
         digits = str(offset)
         append(f"{head}{len(digits)}:{digits}")
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:32]
-
-
-def batch_id_v1(group_key: str, positions: Iterable[SourcePosition]) -> str:
-    """The id batches were given before schema 9 (fields joined by tabs and newlines, no epoch).
-    Only to re-publish a batch claimed then: ids already assigned never change."""
-    lines = "".join(f"{p.topic}\t{p.partition}\t{p.offset}\n" for p in sorted(positions))
-    return hashlib.sha256(f"consolidator-batch-v1\n{group_key}\n{lines}".encode()).hexdigest()[:32]
 
 
 def ack_token(ack_key: bytes, batch_id: str) -> str:
@@ -134,13 +128,13 @@ def iso_ms(epoch_ms: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class MessageOptions:
-    """What, besides its members, decides a message's size: the event shape (None: version 1),
+    """What, besides its members, decides a message's size: the event shape (the reference: version 1),
     completion tracking (item ids and the ack token) and a rate limit (``held_back_ms``). The
     byte cap is applied to the message with every optional field these allow, at its widest,
     counted as the sink counts a body (``measure``: the policy's ``measure_body``; the encoded
     bytes as they are, or as the sink writes them)."""
 
-    shape: Shape | None = None
+    shape: Shape = REFERENCE_SHAPE
     tracked: bool = False
     rate_limited: bool = False
     measure: Callable[[bytes], int] = len
@@ -167,61 +161,86 @@ def _view(items: tuple[tuple[str, int], ...] | EventView) -> EventView:
 
 def build_message(
     group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
-    *, ack_key: bytes | None = None, held_back_ms: int = 0, epochs: Mapping[str, int] | None = NO_EPOCHS,
-    shape: Shape | None = None, known_id: str | None = None,
+    *, ack_key: bytes | None = None, held_back_ms: int = 0, epochs: Mapping[str, int] = NO_EPOCHS,
+    assigned_id: str | None = None, shape: Shape = REFERENCE_SHAPE, event_times: bool = False,
 ) -> dict:
-    """The v1 message. Rows of the same item (one per monthly bucket) coalesce: the newest
-    position's items count; quantities are summed per sku across items. ``ack_key`` (completion
-    tracking on): the batch is sealed for completion tracking; the message says so, carries its
-    ``ack_token`` (:func:`ack_token`), each ``members`` entry carries its item id (member i =
-    i-th entry, what acks name by index), and ``schema_minor: 2`` (v1.2). A group held back by
-    its rate limit adds ``held_back_ms`` and ``schema_minor: 1`` (v1.1, or 2 when tracked); every
-    other message is exactly v1, so consumers of v1 see no change while no rate limit holds a
-    group back and tracking is off.
-    ``epochs``: the topics' epochs the batch id is computed with (:func:`batch_id`); ``None``
-    for a batch claimed before schema 9, whose id is :func:`batch_id_v1`. ``known_id``: that id
-    when the caller has just computed it from these very members and epochs (the claim that took
-    them): used as it is, not computed again (about 1.3 us of the flusher's CPU per row, a tenth
-    of it on bench-flush). ``shape``: a generic event shape gives the version 2 message
-    (:func:`_build_shaped`)."""
-    if shape is not None:
-        return _build_shaped(group_key, members, reason, flushed_at_ms, ack_key, held_back_ms, epochs, shape,
-                             known_id)
+    """The batch message, the one builder of every engine. Rows of the same item (one per
+    monthly bucket) coalesce: the newest position's row counts.
+
+    The reference shape (the default) gives version 1: quantities summed per sku across
+    items, ``members`` the positions. ``ack_key`` (completion tracking on): the batch is sealed
+    for completion tracking; the message says so, carries its ``ack_token`` (:func:`ack_token`),
+    each ``members`` entry carries its item id (member i = i-th entry, what acks name by index),
+    and ``schema_minor: 2`` (v1.2). A group held back by its rate limit adds ``held_back_ms`` and
+    ``schema_minor: 1`` (v1.1, or 2 when tracked); every other message is exactly v1, so
+    consumers of v1 see no change while no rate limit holds a group back and tracking is off.
+
+    A generic event shape gives version 2: ``aggregates`` (each output of the shape over the
+    newest event of each item, in source-position order) and every member (position order) with
+    its item id and, when the shape carries a payload, its newest event (``event``). Optional
+    fields: ``held_back_ms`` (no minor version), ``completion_tracking`` and ``ack_token``.
+
+    ``assigned_id``: the id the batch was given when it was claimed (stored with it; ids once
+    assigned never change, so a re-publish sends it as it is); without one, the id is computed
+    from the members' positions and their topics' ``epochs`` (:func:`batch_id`). ``event_times``
+    (an event time field is configured): ``first_event_at`` and ``last_event_at`` are the earliest
+    and the latest event time of the members (:func:`event_span`), else the first and last time an
+    event of the batch was ingested."""
     if not members:
         raise ValueError("a batch needs at least one member")
-    newest_per_item = _newest_per_item(members)
-    quantities: dict[str, int] = {}
-    for member in newest_per_item.values():
-        for sku, quantity in _pairs(member.items):
-            quantities[sku] = quantities.get(sku, 0) + quantity
-    positions = sorted(m.position for m in members)
+    by_position = sorted(members, key=_position_of)
+    newest = _newest_per_item(members)
     message = {
-        "schema_version": SCHEMA_VERSION,
-        "batch_id": known_id or _batch_id(group_key, positions, epochs),
+        "batch_id": assigned_id if assigned_id is not None else batch_id(group_key, map(_position_of, by_position),
+                                                                         epochs),
         "group_key": group_key,
         "flush_reason": str(reason),
-        "item_ids": sorted(newest_per_item),
-        "items": [{"sku": sku, "quantity": quantities[sku]} for sku in sorted(quantities)],
-        "item_count": len(newest_per_item),
+        "item_ids": sorted(newest),
+        "item_count": len(newest),
         "event_count": sum(m.merged_events for m in members),
-        "first_event_at": iso_ms(min(m.first_seen_ms for m in members)),
-        "last_event_at": iso_ms(max(m.last_update_ms for m in members)),
+        **event_span(members, event_times),
         "flushed_at": iso_ms(flushed_at_ms),
-        "members": [p.as_dict() for p in positions],
     }
+    if shape.is_reference:
+        quantities: dict[str, int] = {}
+        for member in newest.values():
+            for sku, quantity in _pairs(member.items):
+                quantities[sku] = quantities.get(sku, 0) + quantity
+        message["schema_version"] = SCHEMA_VERSION
+        message["items"] = [{"sku": sku, "quantity": quantities[sku]} for sku in sorted(quantities)]
+        message["members"] = ([{**m.position.as_dict(), "item_id": m.item_id} for m in by_position]
+                              if ack_key is not None else [m.position.as_dict() for m in by_position])
+        if ack_key is not None or held_back_ms > 0:
+            message["schema_minor"] = SCHEMA_MINOR_TRACKED if ack_key is not None else SCHEMA_MINOR_HELD_BACK
+    else:
+        events = [_view(m.items).event for m in sorted(newest.values(), key=_position_of)]
+        message["schema_version"] = SCHEMA_VERSION_SHAPED
+        message["aggregates"] = aggregate(shape, events)
+        message["members"] = [{**m.position.as_dict(), "item_id": m.item_id}
+                              | ({"event": payload_of(_view(m.items), shape)} if shape.carries_payload else {})
+                              for m in by_position]
     if held_back_ms > 0:
-        message |= {"schema_minor": SCHEMA_MINOR_HELD_BACK, "held_back_ms": held_back_ms}
+        message["held_back_ms"] = held_back_ms
     if ack_key is not None:
-        item_of = {m.position: m.item_id for m in members}
-        message["schema_minor"] = SCHEMA_MINOR_TRACKED
         message["completion_tracking"] = True
         message["ack_token"] = ack_token(ack_key, message["batch_id"])
-        message["members"] = [{**p.as_dict(), "item_id": item_of[p]} for p in positions]
     return message
 
 
-def _batch_id(group_key: str, positions: Sequence[SourcePosition], epochs: Mapping[str, int] | None) -> str:
-    return batch_id_v1(group_key, positions) if epochs is None else batch_id(group_key, positions, epochs)
+def event_span(members: Sequence[Member], event_times: bool) -> dict[str, str]:
+    """``first_event_at`` and ``last_event_at`` of a batch: with ``event_times``, the earliest and
+    latest ``record_ts_ms`` (the event time ingest stored) of the members; else the earliest
+    first-seen and the latest last-update time (when events of the batch were ingested)."""
+    if event_times:
+        stamps = [m.record_ts_ms for m in members if m.record_ts_ms is not None]
+        if len(stamps) == len(members):
+            return {"first_event_at": iso_ms(min(stamps)), "last_event_at": iso_ms(max(stamps))}
+    return {"first_event_at": iso_ms(min(m.first_seen_ms for m in members)),
+            "last_event_at": iso_ms(max(m.last_update_ms for m in members))}
+
+
+def _position_of(member: Member) -> SourcePosition:
+    return member.position
 
 
 def _newest_per_item(members: Sequence[Member]) -> dict[str, Member]:
@@ -233,53 +252,12 @@ def _newest_per_item(members: Sequence[Member]) -> dict[str, Member]:
     return newest
 
 
-def _build_shaped(group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
-                  ack_key: bytes | None, held_back_ms: int, epochs: Mapping[str, int] | None, shape: Shape,
-                  known_id: str | None = None) -> dict:
-    """The version 2 message: ``aggregates`` (each output of the shape over the newest event of
-    each item, in source-position order) and every member (position order) with its item id
-    and, when the shape carries a payload, its newest event (``event``). Optional fields:
-    ``held_back_ms`` (no minor version), ``completion_tracking`` and ``ack_token``."""
-    if not members:
-        raise ValueError("a batch needs at least one member")
-    newest = _newest_per_item(members)
-    by_position = sorted(members, key=lambda m: m.position)
-    events = [_view(m.items).event for m in sorted(newest.values(), key=lambda m: m.position)]
-    positions = [m.position for m in by_position]
-    entries = []
-    for m in by_position:
-        entry = {**m.position.as_dict(), "item_id": m.item_id}
-        if shape.carries_payload:
-            entry["event"] = payload_of(_view(m.items), shape)
-        entries.append(entry)
-    message = {
-        "schema_version": SCHEMA_VERSION_SHAPED,
-        "batch_id": known_id or _batch_id(group_key, positions, epochs),
-        "group_key": group_key,
-        "flush_reason": str(reason),
-        "item_ids": sorted(newest),
-        "aggregates": aggregate(shape, events),
-        "item_count": len(newest),
-        "event_count": sum(m.merged_events for m in members),
-        "first_event_at": iso_ms(min(m.first_seen_ms for m in members)),
-        "last_event_at": iso_ms(max(m.last_update_ms for m in members)),
-        "flushed_at": iso_ms(flushed_at_ms),
-        "members": entries,
-    }
-    if held_back_ms > 0:
-        message["held_back_ms"] = held_back_ms
-    if ack_key is not None:
-        message["completion_tracking"] = True
-        message["ack_token"] = ack_token(ack_key, message["batch_id"])
-    return message
-
-
-def batch_aggregates(group_key: str, members: Sequence[Member], shape: Shape | None = None) -> dict[str, object]:
+def batch_aggregates(group_key: str, members: Sequence[Member], shape: Shape = REFERENCE_SHAPE) -> dict[str, object]:
     """What the message of a batch of ``members`` computes, by :func:`build_message` itself: the
-    version 2 ``aggregates``, or for the reference shape (``shape`` None) its ``items`` under the
+    version 2 ``aggregates``, or for the reference shape its ``items`` under the
     default output's name (``{"items": [...]}``). For operators' views of a stored batch."""
     message = build_message(group_key, members, FlushReason.IDLE, 0, shape=shape)
-    return message["aggregates"] if shape is not None else {"items": message["items"]}
+    return {"items": message["items"]} if shape.is_reference else message["aggregates"]
 
 
 def encode(message: dict) -> bytes:
@@ -306,7 +284,7 @@ def message_bytes_bound(group_key: str, members: Sequence[Member], options: Mess
     counted as if each character were a 6-byte JSON escape (the most any sink writes for one:
     the SQS sink's escapes are 6 bytes too), every number at its widest. A generic shape has
     no cheap bound (its members carry events): the bound is then infinite."""
-    if options.shape is not None:
+    if not options.shape.is_reference:
         return 1 << 62
     size = 512 + 6 * len(group_key)  # fixed fields, keys, batch id, times, counts
     size += 160 if options.tracked or options.rate_limited else 0  # ack token, flags, held-back time
@@ -360,7 +338,7 @@ def prefix_fits(group_key: str, members: Sequence[Member], reason: FlushReason, 
     return fits
 
 
-def bounded_prefix(members: Sequence[Member], shape: Shape | None = None) -> int:
+def bounded_prefix(members: Sequence[Member], shape: Shape = REFERENCE_SHAPE) -> int:
     """How many of ``members`` (claim order) the next batch takes before a quantity it sums
     would pass ``MAX_QUANTITY`` (2**63-1): members are taken one by one, as
     :func:`build_message` counts them (the newest row of each item), and the first that would
@@ -369,7 +347,7 @@ def bounded_prefix(members: Sequence[Member], shape: Shape | None = None) -> int
     members together fit (always, unless quantities reach 10**18 or so). A generic ``shape``:
     the longest prefix (:func:`fit_count`) whose outputs all stay within bounds
     (:func:`~consolidator.rules.shape.within_bounds`: integers within int64, doubles finite)."""
-    if shape is not None:
+    if not shape.is_reference:
         if bounds_safe(shape, [_view(x.items).event for x in members]):
             return len(members)  # every prefix fits (shape_bounds): what probing gives, without it
         return fit_count(lambda m: within_bounds(aggregate(shape, [

@@ -3,7 +3,7 @@
 Mirrors ``store/mysql.py`` row for row, so the same event history yields the same batches:
 
 - S1: a source position already seen by this buffer changes nothing;
-- S2: rows are keyed while PENDING by (bucket of the record timestamp, item id); a new event
+- S2: rows are keyed while PENDING by (bucket of the event time, item id); a new event
   for a pending row adds to ``merged_events``, replaces items and position only when its
   position is greater, moves ``last_update`` forward and never moves ``first_seen``;
 - S3: an event for an item whose row was claimed starts a new row (claimed rows leave the buffer);
@@ -37,12 +37,22 @@ RowKey = tuple[int, str]  # (bucket, item_id)
 
 @dataclass(frozen=True, slots=True)
 class BufferedEvent:
-    """A decoded event, as the Spark jobs carry it (items already parsed)."""
+    """A decoded event, as the Spark jobs carry it (items already parsed). ``timestamp_ms``: the
+    record timestamp (when the replay takes it to arrive); ``event_time_ms``: the event's own
+    time when an event time field is configured (the row's ``record_ts_ms`` and month), else None."""
 
     position: SourcePosition
     timestamp_ms: int
     item_id: str
     items: tuple[tuple[str, int], ...]
+    event_time_ms: int | None = None
+
+
+def event_time_of(event: BufferedEvent | Event) -> int:
+    """The time that drives the TTL and the month of ``event``'s row: its event time when it has
+    one, else its record timestamp (an :class:`Event` carries its event time as its timestamp)."""
+    stamp = getattr(event, "event_time_ms", None)
+    return event.timestamp_ms if stamp is None else stamp
 
 
 def claim_split(group_key: str, now_ms: int, policy: Policy,
@@ -72,11 +82,11 @@ class PendingBuffer:
             if event.position in self.seen:
                 return "replayed"
             self.seen.add(event.position)
-        key = (bucket_of(event.timestamp_ms), event.item_id)
+        stamp = event_time_of(event)
+        key = (bucket_of(stamp), event.item_id)
         current = self.rows.get(key)
         if current is None:
-            self.rows[key] = Member(event.position, event.item_id, event.items, now_ms, now_ms, 1,
-                                    event.timestamp_ms)
+            self.rows[key] = Member(event.position, event.item_id, event.items, now_ms, now_ms, 1, stamp)
             outcome = "stored"
             if self._oldest_first_seen is None or now_ms < self._oldest_first_seen:
                 self._oldest_first_seen = now_ms
@@ -89,7 +99,7 @@ class PendingBuffer:
                 first_seen_ms=current.first_seen_ms,
                 last_update_ms=max(current.last_update_ms, now_ms),
                 merged_events=current.merged_events + 1,
-                record_ts_ms=event.timestamp_ms if newer else current.record_ts_ms,
+                record_ts_ms=stamp if newer else current.record_ts_ms,
             )
             outcome = "coalesced"
         if self._newest_update is None or now_ms > self._newest_update:

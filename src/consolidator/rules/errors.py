@@ -56,6 +56,13 @@ class SchemaOutdated(StoreRefused):
     older schema to the current one). Raised before anything is read or written."""
 
 
+class LedgerNotDrained(StoreRefused):
+    """``db migrate`` would retire the pre-schema-4 per-record ledger while it may still decide a
+    record: a partition's ledger has a gap (a record Kafka may still re-deliver) at or below its
+    ``ledger_high_water``. Nothing was written; the message names each partition and the check
+    that allows ``--ledger-drained`` (docs/operations.md)."""
+
+
 class DeliveryError(ConsolidatorError):
     """A sink or dead-letter destination did not confirm a write."""
 

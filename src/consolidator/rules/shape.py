@@ -55,6 +55,7 @@ from consolidator.rules.literals import (  # noqa: F401 (INT64_MIN, INT64_MAX, U
 )
 from consolidator.rules.shape_spec import (  # noqa: F401 (re-exported: the shape's one public module)
     OPERATIONS,
+    REFERENCE_SHAPE,
     Output,
     Path,
     Shape,

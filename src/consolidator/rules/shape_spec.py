@@ -58,11 +58,14 @@ class Output:
 @dataclass(frozen=True, slots=True)
 class Shape:
     """A compiled aggregation spec and member payload: with ``full_payload`` each member carries
-    its whole newest event, else with ``payload_paths`` its projection on them, else nothing."""
+    its whole newest event, else with ``payload_paths`` its projection on them, else nothing.
+    :data:`REFERENCE_SHAPE` (``is_reference``) is the default: the reference domain's ``items``
+    summed per sku, read by the configured field names, in the version 1 message."""
 
     outputs: tuple[Output, ...]
     full_payload: bool = False
     payload_paths: tuple[Path, ...] | None = None
+    is_reference: bool = False
 
     @property
     def carries_payload(self) -> bool:
@@ -72,6 +75,11 @@ class Shape:
         """The top paths of the event the shape keeps (outputs and payload), without repeats."""
         paths = [o.path for o in self.outputs if o.path is not None] + list(self.payload_paths or ())
         return tuple(dict.fromkeys(paths))
+
+
+#: The default shape, when neither an aggregation spec nor a member payload is configured: every
+#: "which shape?" asks ``shape.is_reference`` of the one shape it is given.
+REFERENCE_SHAPE = Shape((), is_reference=True)
 
 
 def default_outputs(items: str, sku: str, quantity: str) -> tuple[Output, ...]:

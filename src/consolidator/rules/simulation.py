@@ -49,6 +49,14 @@ class GroupReplay:
     records_in: int
     replayed: int
     expired: list[dict] = field(default_factory=list)  # dead-letter entries (reason ``expired``)
+    late: list[bool] = field(default_factory=list)  # per expired entry: a late arrival (:func:`is_late`)
+
+
+def is_late(member: Member, policy: Policy) -> bool:
+    """Whether ``member``'s newest event was already older than the TTL when its row first
+    appeared (a late arrival: only an event time field makes one possible)."""
+    return bool(policy.ttl_ms) and member.record_ts_ms is not None and \
+        member.first_seen_ms - member.record_ts_ms > policy.ttl_ms
 
 
 def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Policy) -> GroupReplay:
@@ -64,6 +72,7 @@ def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Poli
     buffer = PendingBuffer(group_key)
     batches: list[ReplayBatch] = []
     expired: list[dict] = []
+    late: list[bool] = []
     replayed = 0
     index = 0
     while index < len(ordered) or buffer.rows:
@@ -78,9 +87,11 @@ def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Poli
         assert tick is not None  # the loop condition guarantees pending rows here
         plan = buffer.plan(tick, policy)
         expired.extend(expired_entry(group_key, m, tick, tick) for m in plan.expired)
+        late.extend(is_late(m, policy) for m in plan.expired)
         for claim in plan.claims:
             message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=tick,
-                                    held_back_ms=claim.held_back_ms, shape=policy.shape)
+                                    held_back_ms=claim.held_back_ms, shape=policy.shape,
+                                    event_times=policy.event_times)
             batches.append(ReplayBatch(group_key, claim.reason, tick, tuple(claim.rows), message,
                                        claim.held_back_ms))
-    return GroupReplay(batches, len(ordered), replayed, expired)
+    return GroupReplay(batches, len(ordered), replayed, expired, late)

@@ -48,11 +48,13 @@ from consolidator.services.flush_report import (
     TickReport,
 )
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
+from consolidator.services.spans import end_publish_span, start_publish_span
 from consolidator.sinks import OutgoingBatch, Sink
 from consolidator.sinks.deadletter import DeadLetter
 from consolidator.store.completion import SealedBatch
 from consolidator.store.lock import RedisLock
 from consolidator.store.mysql import ClaimedBatch, MySQLStore
+from consolidator.support import tracing
 from consolidator.support.collector import collector_paused
 
 log = logging.getLogger(__name__)
@@ -278,8 +280,8 @@ class FlushService:
             attempt = failed_before[batch.batch_id] + 1
             try:
                 message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                        ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
-                                        shape=self.policy.shape, known_id=batch.batch_id if batch.id_computed else None)
+                                        ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
+                                        shape=self.policy.shape, event_times=self.policy.event_times)
                 body = encode(message)
                 seal = SealedBatch.of_message(message) if self.completion_tracking else None
             except Exception as error:  # noqa: BLE001 - this batch only: a failed attempt, retried, then dead
@@ -292,8 +294,13 @@ class FlushService:
             return
         if self.completion_tracking and not self._seal(pending):
             return
-        errors = self.sink.publish([OutgoingBatch(p.batch.batch_id, p.batch.group_key, p.body)
-                                    for p in pending])
+        spans = self._publish_spans(pending)
+        errors = self.sink.publish([
+            OutgoingBatch(p.batch.batch_id, p.batch.group_key, p.body,
+                          None if spans is None else tracing.traceparent_of(spans[i]))
+            for i, p in enumerate(pending)])
+        for index, span in enumerate(spans or ()):
+            end_publish_span(span, errors.get(index))
         delivered = [item for index, item in enumerate(pending) if index not in errors]
         for index, item in enumerate(pending):
             if index in errors:
@@ -324,6 +331,28 @@ class FlushService:
             oldest = min(m.first_seen_ms for m in batch.members)
             self.metrics.add_metric(name="EventToPublishLatency", unit="Milliseconds",
                                     value=max(0, published_at - oldest))
+
+    def _publish_spans(self, pending: list[_Pending]) -> list | None:
+        """While tracing is on, one started span per batch about to be published, each linked to
+        its members' trace contexts (:mod:`consolidator.services.spans`); None while it is off.
+        The contexts are read in one statement; when that fails the spans have no links (a
+        trace is never a reason not to publish)."""
+        if tracing.tracer() is None:
+            return None
+        try:
+            contexts = self.store.member_trace_contexts([p.batch.batch_id for p in pending])
+        except StoreError as error:
+            log.warning("members' trace contexts not read; the publish spans have no links",
+                        extra={"error": str(error)})
+            contexts = {}
+        now = self.clock.now_ms()
+        destination = getattr(self.sink, "destination", "batches")
+        system = getattr(self.sink, "messaging_system", "unknown")
+        return [start_publish_span(destination, system, p.batch.batch_id, p.batch.group_key, str(p.batch.reason),
+                                   len(p.batch.members), p.attempt,
+                                   max(0, now - min((m.first_seen_ms for m in p.batch.members), default=now)),
+                                   contexts.get(p.batch.batch_id, ()))
+                for p in pending]
 
     def _tracking_key(self) -> bytes | None:
         """The ack key (read from the store once) when completion tracking is on, else None."""
@@ -376,8 +405,8 @@ class FlushService:
         now, ack_key = self.clock.now_ms(), self._tracking_key()
         try:
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                    ack_key=ack_key, held_back_ms=batch.held_back_ms, epochs=batch.epochs,
-                                    shape=self.policy.shape)
+                                    ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
+                                    shape=self.policy.shape, event_times=self.policy.event_times)
             entry = dead_batch_entry(message, attempts, error, now)
         except Exception as build_error:  # noqa: BLE001 - why it died, most likely: the entry holds what is known
             log.warning("dead batch's message not built; dead-lettered without it",

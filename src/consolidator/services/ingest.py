@@ -10,13 +10,10 @@ Guarantees:
 - poison at or below its partition's high-water mark is a replay and is not dead-lettered
   again; the dead letter is still at-least-once (a poison record after a failure is reported
   failed even when its entry was written, and is dead-lettered again when re-delivered);
-- an invocation whose records all decode is stored pipelined (decode of the next chunk while
-  the database stores the previous one, one transaction); at the first poison record or
-  statement error that transaction is rolled back and the exact path (decode all, dead-letter,
-  store, isolate a failing record by halving) handles the invocation from the start, so the
-  response and the database end the same either way. Each record is decoded once per
-  invocation either way (:class:`DecodeOnce`): the exact path reuses what the pipelined one
-  decoded, poison and registry failures included;
+- one path: decode everything, dead-letter the poison, then store the rest in one transaction
+  (a failing record isolated by halving). Storing while decoding (a pipeline over one
+  transaction) did not pay in bench/bench_ingest.py (the same records/s within 1%, under load):
+  there is no such variant;
 - no input raises: a malformed envelope is dead-lettered like a poison value (see
   :mod:`consolidator.sources.msk`). What raises is a dependency failure Lambda must see as an error: a
   piece of the event without a readable position whose dead-letter write failed, or a
@@ -41,10 +38,12 @@ from consolidator.rules.events import (
     SourcePosition,
 )
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
+from consolidator.services.spans import ingest_span
 from consolidator.sinks.deadletter import DeadLetter
 from consolidator.sources.formats import RegistryUnavailable, ValueDecoder, decode_event
 from consolidator.sources.msk import batch_item_failures, parse_event
 from consolidator.store.mysql import IngestCounts, MySQLStore
+from consolidator.support import tracing
 from consolidator.support.collector import collector_paused
 
 log = logging.getLogger(__name__)
@@ -52,7 +51,6 @@ log = logging.getLogger(__name__)
 Partition = tuple[str, int]
 _Poison = tuple[SourcePosition, dict, str, str]  # position, dead-letter entry, reason, detail
 _NEVER = 2**63  # above every offset: the partition is not cut
-PIPELINE_ROWS = 250  # by bench/bench_ingest.py: small enough to overlap, large enough per statement
 
 
 def _position(item: Event | SourcePosition) -> SourcePosition:
@@ -81,28 +79,6 @@ class PartitionCut:
         return position.offset < self._at.get((position.topic, position.partition), _NEVER)
 
 
-class DecodeOnce:
-    """Each record's decode outcome (its event, or the poison or registry failure it raised),
-    computed at its first use in one invocation and given again after: a value costly to decode
-    (a registry format) or refused (poison) is not decoded a second time by the exact path."""
-
-    def __init__(self, decode, count: int) -> None:
-        self._decode = decode
-        self._outcomes: list = [None] * count
-
-    def __call__(self, index: int, record: KafkaRecord) -> Event:
-        outcome = self._outcomes[index]
-        if outcome is None:
-            try:
-                outcome = self._outcomes[index] = self._decode(record)
-            except (PoisonEvent, RegistryUnavailable) as error:
-                self._outcomes[index] = error
-                raise
-        elif not isinstance(outcome, Event):
-            raise outcome.with_traceback(None)
-        return outcome
-
-
 @dataclass
 class IngestOutcome:
     failed: list[SourcePosition] = field(default_factory=list)
@@ -122,8 +98,8 @@ class IngestService:
     max_event_bytes: int
     clock: Clock
     metrics: MetricsRecorder = field(default_factory=NoMetrics)
-    pipeline_rows: int = PIPELINE_ROWS  # records decoded per pipelined statement; 0: always the exact path
     values: ValueDecoder | None = None  # the value format (consolidator.sources.formats); None: JSON
+    consumer_group: str | None = None  # the Kafka consumer group the records came through (a span attribute)
 
     def decode(self, record: KafkaRecord) -> Event:
         """``record``'s event; :class:`PoisonEvent` for bad input, :class:`RegistryUnavailable`
@@ -142,16 +118,23 @@ class IngestService:
 
         Raises :class:`DeliveryError` only when a piece without a readable position could not be
         dead-lettered: Lambda cannot be told about it, so the whole invocation fails and is
-        retried (nothing has been stored by then)."""
+        retried (nothing has been stored by then). While tracing is on the call is one span
+        (:func:`~consolidator.services.spans.ingest_span`)."""
+        if tracing.tracer() is None:
+            return self._ingest(records, rejected)
+        with ingest_span(records, self.consumer_group) as span:
+            outcome = self._ingest(records, rejected)
+            span.set_attributes({"consolidator.ingest.stored": outcome.stored,
+                                 "consolidator.ingest.dead_lettered": outcome.dead_lettered,
+                                 "consolidator.ingest.failed": len(outcome.failed)})
+            return outcome
+
+    def _ingest(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected]) -> IngestOutcome:
         outcome = IngestOutcome()
         cut = PartitionCut()
         if self.values is not None:
             self.values.begin_invocation()
-        names, limit, values = self.names, self.max_event_bytes, self.values
-        once = DecodeOnce(lambda record: decode_event(values, record, names, limit), len(records))
-        if (rejected or not records or not self.pipeline_rows
-                or not self._ingest_pipelined(records, once, outcome, cut)):
-            self._ingest_exact(records, rejected, once, outcome, cut)
+        self._decode_and_store(records, rejected, outcome, cut)
         if cut:
             positions = [*(r.position for r in records), *(r.position for r in rejected if r.position is not None)]
             outcome.failed = list(dict.fromkeys(
@@ -166,33 +149,7 @@ class IngestService:
             self.metrics.add_metric(name=name, unit="Count", value=value)
         return outcome
 
-    def _ingest_pipelined(self, records: Sequence[KafkaRecord], once: DecodeOnce, outcome: IngestOutcome,
-                          cut: PartitionCut) -> bool:
-        """The usual invocation, every record valid: one transaction in which the records are
-        decoded chunk by chunk while the database stores the previous chunk. Returns False, with
-        nothing written, at the first poison record or statement error: the exact path then
-        handles the invocation from the start (dead letter, isolating a failing record), so the
-        outcome is the exact path's."""
-        size, total = self.pipeline_rows, len(records)
-
-        def decoded():
-            for start in range(0, total, size):
-                yield [once(i, records[i]) for i in range(start, min(start + size, total))]
-
-        try:
-            counts = self.store.ingest_pipelined({(r.topic, r.partition) for r in records}, decoded(),
-                                                 self.clock.now_ms())
-        except (PoisonEvent, StoreError, RegistryUnavailable):
-            return False
-        except StoreUnavailable as error:
-            log.error("database unavailable; failing every record", extra={"error": str(error)})
-            for record in records:
-                cut.at(record.position)
-            return True
-        self._count(counts, outcome)
-        return True
-
-    def _ingest_exact(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected], once: DecodeOnce,
+    def _decode_and_store(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected],
                       outcome: IngestOutcome, cut: PartitionCut) -> None:
         """Decode everything, dead-letter the poison, then store the rest (:meth:`_store`)."""
         now = self.clock.now_ms()
@@ -209,9 +166,10 @@ class IngestService:
         poison: list[_Poison] = [
             (r.position, rejected_entry(r, now), str(r.reason), r.detail) for r in rejected if r.position is not None
         ]
-        for index, record in enumerate(records):
+        names, limit, values = self.names, self.max_event_bytes, self.values
+        for record in records:
             try:
-                events.append(once(index, record))
+                events.append(decode_event(values, record, names, limit))
             except PoisonEvent as error:
                 poison.append((record.position, poison_entry(record, error, now), str(error.reason), error.detail))
             except RegistryUnavailable as error:
@@ -348,4 +306,5 @@ def build_ingest_service(settings, metrics: MetricsRecorder | None = None, clock
         clock=clock or SystemClock(),
         metrics=metrics or NoMetrics(),
         values=settings.value_decoder(),
+        consumer_group=getattr(settings, "kafka_group_id", None),  # the worker's; Lambda's mapping names none
     )

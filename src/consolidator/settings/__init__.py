@@ -19,7 +19,14 @@ from pydantic import Field, TypeAdapter, ValidationError, field_validator, model
 from consolidator.rules.errors import ConfigurationError
 from consolidator.rules.events import FieldNames
 from consolidator.rules.policy import MAX_RATE_BATCHES, MAX_RATE_PERIOD_MS, Policy, RateLimit
-from consolidator.rules.shape import Shape, default_outputs, parse_outputs, parse_payload
+from consolidator.rules.shape import (
+    REFERENCE_SHAPE,
+    Shape,
+    default_outputs,
+    parse_outputs,
+    parse_payload,
+)
+from consolidator.rules.shape_spec import parse_path
 from consolidator.settings.base import (
     DAY_SECONDS,
     ENV_PREFIX,
@@ -146,6 +153,12 @@ class _Fields(Root):
     sku_field: str = Field("sku", min_length=1)
     quantity_field: str = Field("quantity", min_length=1)
     max_event_bytes: int = Field(256 * 1024, gt=0, le=6 * 1024 * 1024)  # Lambda's payload limit
+    event_time_field: str | None = Field(
+        None, min_length=1,
+        description="the path of each event's own time in its value (epoch ms or ISO-8601 with a zone): it drives"
+                    " the TTL, the buffer's month and the batch's event times, and a value without it is poison"
+                    " (`bad_event_time`); unset: the Kafka record timestamp",
+    )
 
     # The event shape (issue 22, docs/events.md): both unset keep the version 1 message.
     aggregate: str | None = Field(
@@ -166,16 +179,24 @@ class _Fields(Root):
             parse_outputs(value)
         return value
 
+    @field_validator("event_time_field")
+    @classmethod
+    def _event_time_is_a_path(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_path(value)
+        return value
+
     @field_validator("member_payload")
     @classmethod
     def _payload_parses(cls, value: str) -> str:
         parse_payload(value)
         return value
 
-    def shape(self) -> Shape | None:
-        """The compiled event shape; None for the reference shape (the version 1 message)."""
+    def shape(self) -> Shape:
+        """The compiled event shape: the one place that decides whether it is the reference shape
+        (neither an aggregation spec nor a member payload: the version 1 message)."""
         if self.aggregate is None and self.member_payload == "none":
-            return None
+            return REFERENCE_SHAPE
         outputs = (parse_outputs(self.aggregate) if self.aggregate is not None
                    else default_outputs(self.items_field, self.sku_field, self.quantity_field))
         full, paths = parse_payload(self.member_payload)
@@ -189,6 +210,7 @@ class _Fields(Root):
             sku=self.sku_field,
             quantity=self.quantity_field,
             shape=self.shape(),
+            event_time=None if self.event_time_field is None else parse_path(self.event_time_field),
         )
 
 

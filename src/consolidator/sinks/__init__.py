@@ -29,6 +29,10 @@ class OutgoingBatch:
     batch_id: str
     group_key: str
     body: bytes
+    # the publish span's W3C context while tracing is on: a Kafka header, an SQS message attribute,
+    # EventBridge's trace header; never in the body (the shipped message schemas and the bytes of a
+    # re-publish stay as they are)
+    traceparent: str | None = None
 
 
 class Sink(Protocol):

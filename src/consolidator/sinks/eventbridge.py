@@ -8,6 +8,10 @@ entry alone is over the limit is reported failed without being sent.
 A body is measured as it is sent: ``Detail`` is the encoded message itself, so its UTF-8 bytes
 (``measure_body`` is ``len``; the JSON encoder has already escaped quotes, backslashes and
 control characters, and writes every other character as UTF-8).
+
+While tracing is on, an entry carries the publish span's context as its ``TraceHeader`` (the X-Ray
+form of the W3C ``traceparent``, :func:`xray_header`): EventBridge passes it on to the X-Ray
+traces of its targets (not in the event a target receives: the detail is the message, unchanged).
 """
 
 from __future__ import annotations
@@ -20,15 +24,23 @@ MAX_ENTRIES = 10  # PutEvents entries per call
 MAX_REQUEST_BYTES = 256 * 1024  # all entries of one PutEvents call together, and one entry
 
 
+def xray_header(traceparent: str) -> str:
+    """The X-Ray trace header of a version-00 W3C ``traceparent`` (X-Ray reads a W3C trace id
+    as ``1-<first 8 hex>-<last 24 hex>``)."""
+    _, trace_id, span_id, flags = traceparent.split("-")
+    return f"Root=1-{trace_id[:8]}-{trace_id[8:]};Parent={span_id};Sampled={int(flags, 16) & 1}"
+
+
 class EventBridgeSink:
     measure_body = staticmethod(len)  # ``Detail`` is the encoded message as it is
+    messaging_system = "aws_eventbridge"  # the publish span's messaging.system
 
     def __init__(self, event_bus: str, *, source: str = "consolidator",
                  detail_type: str = "ConsolidatedBatch", client=None,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         import boto3
 
-        self.event_bus = event_bus
+        self.event_bus = self.destination = event_bus
         self.source = source
         self.detail_type = detail_type
         self._overhead = len(source.encode()) + len(detail_type.encode())
@@ -55,6 +67,7 @@ class EventBridgeSink:
                     "DetailType": self.detail_type,
                     "Detail": batches[i].body.decode(),  # the bytes measure_body counted
                     "EventBusName": self.event_bus,
+                    **({} if batches[i].traceparent is None else {"TraceHeader": xray_header(batches[i].traceparent)}),
                 }
                 for i in chunk
             ]

@@ -25,6 +25,11 @@ class FileSink:
     path: Path
     max_message_bytes: int = MAX_MESSAGE_BYTES
     measure_body = staticmethod(len)  # the line is the encoded message as it is
+    messaging_system = "file"  # the publish span's messaging.system (the line carries no trace context)
+
+    @property
+    def destination(self) -> str:
+        return self.path.name
 
     def publish(self, batches: Sequence[OutgoingBatch]) -> dict[int, str]:
         """Write the batches within ``max_message_bytes``; a larger one is refused (not written),

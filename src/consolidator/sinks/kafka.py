@@ -1,5 +1,6 @@
 """Kafka sink (confluent-kafka): idempotent producer, ``acks=all``, key = group key,
-header ``batch_id``; optional MSK IAM auth (SASL OAUTHBEARER via aws-msk-iam-sasl-signer).
+headers ``batch_id`` and, while tracing is on, ``traceparent`` (the publish span's W3C
+context); optional MSK IAM auth (SASL OAUTHBEARER via aws-msk-iam-sasl-signer).
 
 A batch counts as delivered only when its delivery report arrived without error within
 ``flush_timeout_s``. A message still in flight at the timeout is reported as failed; if it
@@ -30,7 +31,8 @@ from consolidator.sinks import OutgoingBatch
 from consolidator.support.kafkalog import client_logging
 
 MAX_MESSAGE_BYTES = 1_000_000  # under the broker's default message.max.bytes (1,048,588)
-KEY_AND_HEADER_BYTES = 4 * 191 + len("batch_id") + 32  # the longest group key (UTF-8) and the batch id header
+# the longest group key (UTF-8), the batch id header and the traceparent header
+KEY_AND_HEADER_BYTES = 4 * 191 + len("batch_id") + 32 + len("traceparent") + 55
 
 
 def msk_iam_oauth_cb(region: str | None):
@@ -49,6 +51,7 @@ def msk_iam_oauth_cb(region: str | None):
 
 class KafkaSink:
     measure_body = staticmethod(len)  # the record's value is the encoded message as it is
+    messaging_system = "kafka"  # the publish span's messaging.system
 
     def __init__(
         self,
@@ -61,7 +64,7 @@ class KafkaSink:
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         extra_config: dict | None = None,
     ) -> None:
-        self.topic = topic
+        self.topic = self.destination = topic
         self.flush_timeout_s = flush_timeout_s
         if max_message_bytes <= KEY_AND_HEADER_BYTES:
             raise ValueError(f"kafka sink max_message_bytes must be over {KEY_AND_HEADER_BYTES} (room for the"
@@ -105,13 +108,16 @@ class KafkaSink:
             return on_delivery
 
         for index, batch in enumerate(batches):
-            size = self.measure_body(batch.body) + len(batch.group_key.encode()) + len("batch_id") + len(batch.batch_id)
+            headers = [("batch_id", batch.batch_id.encode())]
+            if batch.traceparent is not None:
+                headers.append(("traceparent", batch.traceparent.encode()))
+            size = self.measure_body(batch.body) + len(batch.group_key.encode()) + sum(len(n) + len(v) for n, v in headers)
             if size > self.record_limit:
                 errors[index] = f"kafka message of {size} bytes is over the {self.record_limit}-byte limit"
                 continue
             send = functools.partial(
                 self._producer.produce, self.topic, key=batch.group_key.encode(), value=batch.body,
-                headers=[("batch_id", batch.batch_id.encode())], on_delivery=report(index),
+                headers=headers, on_delivery=report(index),
             )
             try:
                 try:

@@ -24,16 +24,18 @@ from consolidator.sinks.sqs_text import escape_json, escaped_bytes, group_id, ke
 
 MAX_BATCH_BYTES = 256 * 1024  # one message, and all entries of one SendMessageBatch together
 MAX_ENTRIES = 10
-ATTRIBUTE_RESERVE = 2048  # attributes: names, types, batch id, group key (base64: up to 1,020), encodings
+ATTRIBUTE_RESERVE = 2048  # attributes: names, types, batch id, group key (base64: up to 1,020), encodings, traceparent
 
 
 class SqsSink:
     measure_body = staticmethod(escaped_bytes)  # the body as sent, escapes included
+    messaging_system = "aws_sqs"  # the publish span's messaging.system
 
     def __init__(self, queue_url: str, client=None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         import boto3
 
         self.queue_url = queue_url
+        self.destination = queue_url.rsplit("/", 1)[-1]  # the queue's name
         host = urlsplit(queue_url).hostname or ""
         region = host.split(".")[1] if host.count(".") >= 3 else None
         self._client = client or boto3.client("sqs", region_name=region, config=aws_client_config(timeout_s))
@@ -54,6 +56,8 @@ class SqsSink:
             "batch_id": {"DataType": "String", "StringValue": batch.batch_id},
             "group_key": {"DataType": "String", "StringValue": key},
         }
+        if batch.traceparent is not None:
+            attributes["traceparent"] = {"DataType": "String", "StringValue": batch.traceparent}
         if key_encoding is not None:
             attributes["group_key_encoding"] = {"DataType": "String", "StringValue": key_encoding}
         entry = {"Id": str(index), "MessageBody": escape_json(batch.body.decode()), "MessageAttributes": attributes}

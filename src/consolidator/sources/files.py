@@ -7,8 +7,8 @@ the caller names one:
   message). Positions come from the file, so the same file always gives the same records and
   a second run is a replay: topic ``file.<file name without extension>`` (or the caller's),
   partition 0, **offset = line number** (1-based; blank lines keep their number). The record
-  timestamp is the time the line is read, or the value's ``timestamp_field`` (epoch
-  milliseconds or ISO-8601). The value is the line's bytes, untouched: a line that is not JSON
+  timestamp is the time the line is read, or the value's ``timestamp_field`` (a path; epoch
+  milliseconds or ISO-8601 with a zone, :mod:`consolidator.rules.event_time`). The value is the line's bytes, untouched: a line that is not JSON
   or not a JSON object is a poison value (``not_json``, ``not_object``) like any other, for the
   ingest service to dead-letter, with ``timestamp_field`` or without;
 - ``envelope``: JSON lines of Kafka records, ``topic``, ``partition``, ``offset``,
@@ -31,12 +31,13 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
+from consolidator.rules.event_time import event_time_ms
 from consolidator.rules.events import KafkaRecord
 from consolidator.rules.printable import echoed
+from consolidator.rules.shape_spec import parse_path
 from consolidator.sources.msk import (
     MAX_OFFSET,
     MAX_PARTITION,
@@ -117,26 +118,9 @@ def numbered(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
 
 
 def timestamp_of(document: object, field: str) -> int:
-    """The value's ``field`` as epoch milliseconds (an integer, or an ISO-8601 text with a zone);
-    raises ``ValueError`` naming the problem."""
-    if not isinstance(document, dict):
-        raise ValueError(f"value is not a JSON object, so it has no {field!r}")  # noqa: TRY004 (bad input, one error type)
-    raw = document.get(field)
-    if type(raw) is int:
-        stamp = raw
-    elif type(raw) is str:
-        try:
-            moment = datetime.fromisoformat(raw)
-        except ValueError:
-            raise ValueError(f"{field!r} is {echoed(raw)}, not epoch milliseconds or ISO-8601") from None
-        if moment.tzinfo is None:
-            raise ValueError(f"{field!r} is {echoed(raw)}: an ISO-8601 time needs a zone (Z or +hh:mm)")
-        stamp = round(moment.timestamp() * 1000)
-    else:
-        raise ValueError(f"{field!r} is missing or not epoch milliseconds / ISO-8601 (got {type(raw).__name__})")
-    if not 0 <= stamp <= MAX_TIMESTAMP_MS:
-        raise ValueError(f"{field!r} = {stamp} is outside [0, {MAX_TIMESTAMP_MS}] ms")
-    return stamp
+    """The value's ``field`` (a path like ``ts`` or ``meta.ts``) as epoch milliseconds, by the one
+    event time rule (:mod:`consolidator.rules.event_time`); raises ``ValueError`` naming the problem."""
+    return event_time_ms(document, parse_path(field))
 
 
 def read_values(lines: Iterable[tuple[int, bytes]], topic: str, now_ms: Callable[[], int],

@@ -74,9 +74,14 @@ def _headers(value: object) -> tuple[tuple[str, bytes], ...]:
         if type(header) is not dict:
             raise _Bad(f"headers[{index}] must be an object, got {type(header).__name__}")
         for name, raw in header.items():
-            if type(raw) is not list or any(type(b) is not int or not -128 <= b <= 255 for b in raw):
+            if type(raw) is not list or (raw and set(map(type, raw)) != {int}):  # type(): never a bool
                 raise _Bad(f"headers[{index}][{echoed(name)}] must be a list of bytes")
-            headers.append((name, bytes(b & 0xFF for b in raw)))
+            try:
+                headers.append((name, bytes(raw)))  # in C: unsigned bytes, the usual case
+            except ValueError:
+                if not -128 <= min(raw) and max(raw) <= 255:
+                    raise _Bad(f"headers[{index}][{echoed(name)}] must be a list of bytes") from None
+                headers.append((name, bytes(b & 0xFF for b in raw)))  # signed (Java) bytes
     return tuple(headers)
 
 
@@ -125,8 +130,10 @@ _new = tuple.__new__  # builds a NamedTuple in C, without its Python-level __new
 
 def _records(batch: list, partition_key: str, parsed: ParsedEvent, topics: set[str]) -> None:
     """The records of one partition's list. A record in the usual shape (plain types, every field
-    in range, no headers) is read inline; any other goes to :func:`_record`, which decides, so
-    the result is exactly :func:`_record`'s for every record. ``topics``: names already checked."""
+    in range, headers readable) is read inline; any other goes to :func:`_record`, which decides, so
+    the result is exactly :func:`_record`'s for every record. ``topics``: names already checked.
+    The inline reading pays: 1.7 µs against 3.5 µs per record (0.49x; about a sixth of the
+    ingest's client CPU per record), ``make bench-ingest BENCH_ARGS=--variants``, under load."""
     append = parsed.records.append
     a2b = binascii.a2b_base64
     for r in batch:
@@ -138,16 +145,17 @@ def _records(batch: list, partition_key: str, parsed: ParsedEvent, topics: set[s
                     and 0 <= partition <= MAX_PARTITION and 0 <= offset <= MAX_OFFSET
                     and 0 <= timestamp <= MAX_TIMESTAMP_MS
                     and type(topic) is str and (topic in topics or _new_topic(topic, topics))
-                    and (headers is None or (type(headers) is list and not headers))
+                    and (headers is None or type(headers) is list)
                     and (key is None or type(key) is str) and (value is None or type(value) is str)):
                 try:
                     append(_new(KafkaRecord, (
                         topic, partition, offset, timestamp,
                         None if key is None else a2b(key, strict_mode=True),
-                        None if value is None else a2b(value, strict_mode=True), ())))
+                        None if value is None else a2b(value, strict_mode=True),
+                        _headers(headers) if headers else ())))
                     continue
-                except (binascii.Error, ValueError):
-                    pass  # not base64: the exact reading names the problem
+                except (binascii.Error, ValueError):  # _Bad too
+                    pass  # not base64 (or bad headers): the exact reading names the problem
         _record(r, partition_key, parsed)
 
 

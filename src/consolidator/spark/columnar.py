@@ -40,7 +40,7 @@ def is_plain(policy: Policy) -> bool:
     """The columnar path models this policy (no rate limit, TTL, byte cap or generic shape: it
     writes the version 1 message itself)."""
     return (policy.rate_limit is None and not policy.rate_overrides and not policy.ttl_ms
-            and policy.max_batch_bytes is None and policy.shape is None)
+            and policy.max_batch_bytes is None and policy.shape.is_reference and not policy.event_times)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,7 @@ class Chunk:
     items: pa.Array  # string: JSON [[sku, quantity], ...], or {"event": ...}; null where ``parsed`` has it
     first: np.ndarray  # bool: not a replayed position
     parsed: list | None = None  # generic shape: per event, its decode_shape.Kept (None: read ``items``)
+    event_ms: np.ndarray | None = None  # int64 event time (an event time field is configured), else None
 
     def kept(self, index: int):
         """The event's ``decode_shape.Kept`` if decoding kept it, else None (read ``items``)."""
@@ -71,7 +72,8 @@ class Chunk:
         return BufferedEvent(SourcePosition(self.topics[self.topic[index]], int(self.partition[index]),
                                             int(self.offset[index])), int(self.ts[index]),
                              self.item_ids[self.item[index]],
-                             parse_items(self.items[index].as_py()) if kept is None else kept.view())
+                             parse_items(self.items[index].as_py()) if kept is None else kept.view(),
+                             None if self.event_ms is None else int(self.event_ms[index]))
 
 
 def ranks(values) -> tuple[np.ndarray, list[str]]:
@@ -86,9 +88,10 @@ def ranks(values) -> tuple[np.ndarray, list[str]]:
     return rank[encoded.indices.to_numpy(zero_copy_only=False)], [names[i] for i in order]
 
 
-def make_chunk(group_keys, ts, topics, partition, offset, item, items, parsed: list | None = None) -> Chunk:
+def make_chunk(group_keys, ts, topics, partition, offset, item, items, parsed: list | None = None,
+               event_ms=None) -> Chunk:
     """Sorts events (any order; lists or Arrow arrays, strings non-null but ``items`` where
-    ``parsed`` holds the event) into a :class:`Chunk`."""
+    ``parsed`` holds the event; ``event_ms``: their event times, or None) into a :class:`Chunk`."""
     group, keys = ranks(group_keys)
     topic, names = ranks(topics)
     item, item_ids = ranks(item)
@@ -104,7 +107,8 @@ def make_chunk(group_keys, ts, topics, partition, offset, item, items, parsed: l
                    & (offset[a] == offset[b]))
     items = pa.array(items, pa.string()) if isinstance(items, list) else items
     return Chunk(group, keys, ts, topic, names, partition, offset, item, item_ids, items.take(order), ~same,
-                 None if parsed is None else [parsed[i] for i in order.tolist()])
+                 None if parsed is None else [parsed[i] for i in order.tolist()],
+                 None if event_ms is None else np.asarray(event_ms, dtype=np.int64)[order])
 
 
 _ISO_RANGE = (-30_610_224_000_000, 253_402_300_800_000)  # years 1000 to 9999: numpy writes them as iso_ms

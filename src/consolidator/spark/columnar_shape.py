@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from consolidator.rules.policy import Policy
-from consolidator.rules.shape import EventView, Shape, payload_of, reduce_values
+from consolidator.rules.shape import REFERENCE_SHAPE, EventView, Shape, payload_of, reduce_values
 from consolidator.rules.shape_bounds import (
     DOUBLE_SAFE,
     bound_weights,
@@ -52,7 +52,7 @@ _SORTED = orjson.OPT_SORT_KEYS
 
 def is_plain_shaped(policy: Policy) -> bool:
     """A plain policy (no rate limit, TTL or byte cap) with a generic event shape."""
-    return policy.shape is not None and is_plain(dataclasses.replace(policy, shape=None))
+    return not policy.shape.is_reference and is_plain(dataclasses.replace(policy, shape=REFERENCE_SHAPE))
 
 
 def _aggregates(shape: Shape, looked: list[list]) -> dict[str, object]:
@@ -87,7 +87,7 @@ def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch,
     of ``chunk`` this path can simulate under ``policy`` (plain, with a shape), in group then
     flush order, and the groups (indices) it hands back to :func:`replay.simulate`."""
     shape = policy.shape
-    assert shape is not None and is_plain_shaped(policy)
+    assert not shape.is_reference and is_plain_shaped(policy)
     plan = plan_sessions(chunk, policy)
     if plan is None:
         return pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA), set()

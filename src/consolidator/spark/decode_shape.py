@@ -58,7 +58,7 @@ def _decode(values: Sequence[bytes | None], names: FieldNames, max_event_bytes: 
     paths)`` (:func:`consolidator.rules.shape.retain_with_values`) of ``values`` under ``names.shape``,
     None where not decoded here, and the indices of those values: they go to ``events.decode``."""
     shape = names.shape
-    assert shape is not None
+    assert not shape.is_reference
     group_name, item_name = names.group_key, names.item_id
     count = len(values)
     groups: list[str | None] = [None] * count
@@ -96,7 +96,7 @@ def decode_kept(values: Sequence[bytes | None],
     """Group keys, item ids and :class:`Kept` of ``values`` under ``names.shape``, None where not
     decoded here, and the indices of those values: they go to ``events.decode``."""
     shape = names.shape
-    assert shape is not None
+    assert not shape.is_reference
 
     def keep(value: bytes, view: EventView, looked: list) -> Kept:
         payload = None

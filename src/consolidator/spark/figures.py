@@ -61,6 +61,9 @@ class PolicyFigures:
     # rate limit and TTL: rows expired (events in them), batches held back and for how long
     expired: int = 0
     expired_events: int = 0
+    late_arrivals: int = 0  # expired rows whose event was already older than the TTL when it arrived
+    rate_limit: str | None = None  # the policy's rate limit as N/period (None: no limit)
+    ttl_ms: int = 0
     held_back_batches: int = 0
     held_back_p50_ms: float = 0.0
     held_back_p95_ms: float = 0.0
@@ -87,17 +90,22 @@ class InputSummary:
         return asdict(self)
 
 
-def describe_input(records_df, result, source: str) -> InputSummary:
-    """Input figures of a replay: ``records_df`` as read (files listed when it is file-based)."""
+def describe_input(records_df, result, source: str, files: tuple[str, ...] | None = None) -> InputSummary:
+    """Input figures of a replay: ``records_df`` as read (files listed when it is file-based;
+    ``files``: the ones to name instead, when the records were read from a copy of them)."""
     from pyspark.sql import functions as F
 
     from consolidator.spark.replay import SUMMARY
 
     span = records_df.agg(F.count("*").alias("n"), F.min("timestamp_ms").alias("first"),
                           F.max("timestamp_ms").alias("last")).first()
-    files = tuple(sorted(records_df.inputFiles()))  # empty for Kafka
+    files = tuple(sorted(records_df.inputFiles())) if files is None else files  # empty for Kafka
     groups = result.where(F.col("kind") == SUMMARY).count()
     return InputSummary(source, files, int(span["n"]), groups, span["first"], span["last"])
+
+
+def _rate(limit) -> str | None:
+    return None if limit is None else f"{limit.batches}/{limit.period_ms / 1000:g}s"
 
 
 def compute_figures(result, policies) -> list[PolicyFigures]:
@@ -105,7 +113,7 @@ def compute_figures(result, policies) -> list[PolicyFigures]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from consolidator.spark.replay import BATCH, DEAD_LETTER, EXPIRED, SUMMARY
+    from consolidator.spark.replay import BATCH, DEAD_LETTER, EXPIRED, LATE_ARRIVAL, SUMMARY
 
     summary = result.where(F.col("kind") == SUMMARY).agg(
         F.coalesce(F.sum("records_in"), F.lit(0)).alias("records_in"),
@@ -123,7 +131,8 @@ def compute_figures(result, policies) -> list[PolicyFigures]:
                      F.percentile("l", F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))).alias("p"),
                      F.max("l").alias("max")).collect()}
     expired = {r["policy"]: r for r in result.where(F.col("kind") == EXPIRED).groupBy("policy").agg(
-        F.count("*").alias("rows"), F.sum("event_count").alias("events")).collect()}
+        F.count("*").alias("rows"), F.sum("event_count").alias("events"),
+        F.sum(F.when(F.col("reason") == LATE_ARRIVAL, 1).otherwise(0)).alias("late")).collect()}
     held = {r["policy"]: r for r in batches
             .select("policy", F.get_json_object("body", "$.held_back_ms").cast("long").alias("h"))
             .where(F.col("h") > 0).groupBy("policy").agg(
@@ -184,6 +193,9 @@ def compute_figures(result, policies) -> list[PolicyFigures]:
             reasons=dict(sorted(reasons.get(named.name, {}).items())),
             expired=int(gone["rows"]) if gone else 0,
             expired_events=expired_events,
+            late_arrivals=int(gone["late"]) if gone else 0,
+            rate_limit=_rate(named.policy.rate_limit),
+            ttl_ms=named.policy.ttl_ms,
             held_back_batches=int(wait["n"]) if wait else 0,
             held_back_p50_ms=_pct(wait["p"][0]) if wait else 0.0,
             held_back_p95_ms=_pct(wait["p"][1]) if wait else 0.0,

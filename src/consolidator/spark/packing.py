@@ -126,7 +126,8 @@ def _decode_rest(shard, columns: dict, names: FieldNames, max_event_bytes: int, 
     decoded = {name: columns[name].to_pylist() for name in ("group_key", "item_id", "items")}
     decoded |= {"poison_reason": [None] * len(shard), "poison_detail": [None] * len(shard)}
     raw, keys, topics = columns["value"].to_pylist(), columns["key"].to_pylist(), columns["topic"].to_pylist()
-    if names.shape is not None and values is None:  # a generic shape: the common case in one pass
+    stamps = columns["timestamp_ms"].to_pylist()
+    if not names.shape.is_reference and values is None and names.event_time is None:  # a generic shape: the common case in one pass
         from consolidator.spark.decode_shape import decode_shaped
 
         done = decode_shaped([raw[i] for i in todo], names, max_event_bytes)
@@ -141,11 +142,14 @@ def _decode_rest(shard, columns: dict, names: FieldNames, max_event_bytes: int, 
         for name in decoded:
             decoded[name][i] = result.get(name)
         poison = result["group_key"] == POISON_GROUP
+        if result.get("event_time_ms") is not None:
+            stamps[i] = result["event_time_ms"]  # the row's time from here on: TTL, month, event times
         shard[i] = POISON_SHARD if poison else shard_of(result["group_key"], shards)
         if not poison:
             raw[i] = keys[i] = None  # only a dead-letter entry needs them
     columns = {**columns, **{name: pa.array(v, pa.string()) for name, v in decoded.items()},
-               "value": pa.array(raw, pa.binary()), "key": pa.array(keys, pa.binary())}
+               "value": pa.array(raw, pa.binary()), "key": pa.array(keys, pa.binary()),
+               "timestamp_ms": pa.array(stamps, pa.int64())}
     return shard, columns
 
 

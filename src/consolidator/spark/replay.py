@@ -86,7 +86,7 @@ def simulate(group_key: str, events: Sequence[BufferedEvent], policy: Policy) ->
     """:func:`simulate_group_fast` for a plain policy; :func:`simulate_group` (the reference)
     when a rate limit, a TTL or a byte cap takes part, which the fast path does not model."""
     plain = (policy.rate_limit is None and not policy.rate_overrides and not policy.ttl_ms
-             and policy.max_batch_bytes is None)
+             and policy.max_batch_bytes is None and not policy.event_times)
     return (simulate_group_fast if plain else simulate_group)(group_key, events, policy)
 
 
@@ -137,7 +137,8 @@ def simulate_group_fast(group_key: str, events: Sequence[BufferedEvent], policy:
             oldest = min((m.first_seen_ms for m in remaining), default=0)
             newest = max((m.last_update_ms for m in remaining), default=0)
         for reason, members in claims:
-            message = build_message(group_key, members, reason, flushed_at_ms=tick, shape=policy.shape)
+            message = build_message(group_key, members, reason, flushed_at_ms=tick, shape=policy.shape,
+                                    event_times=policy.event_times)
             batches.append(ReplayBatch(group_key, reason, tick, tuple(members), message))
     return GroupReplay(batches, count, replayed)
 
@@ -150,16 +151,20 @@ OUTPUT_SCHEMA = (
     " records_in long, replayed long"
 )
 BATCH, DEAD_LETTER, SUMMARY, EXPIRED = "batch", "dead_letter", "summary", "expired"
+LATE_ARRIVAL = "late_arrival"  # an expired row's ``reason`` when its event was older than the TTL on arrival
 
 
-def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNames, int] | None = None):
+def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNames, int] | None = None,
+                        timed: bool = False):
     """The Arrow function over one partition of decoded records
     (:data:`~consolidator.spark.transforms.DECODED_SCHEMA`), clustered by group key: whole
     groups at a time go to :func:`columnar.simulate_chunk` (plain policies),
     :func:`columnar_shape.simulate_chunk_shaped` (plain policies with a generic event shape) or
     :func:`simulate` (the rest, and the groups the columnar paths hand back). ``deferred``: the
     field names and event size limit of records left undecoded before the shuffle
-    (:mod:`consolidator.spark.deferred`), decoded here first."""
+    (:mod:`consolidator.spark.deferred`), decoded here first. ``timed``: an event time field is
+    configured: each event arrives at its record timestamp and its row takes its event time
+    (``event_time_ms``), so an event older than the TTL when it arrives expires (a late arrival)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -203,9 +208,9 @@ def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNa
         for b in result.batches:
             rows.append((BATCH, name, group_key, b.batch_id, str(b.reason), b.flushed_at_ms, len(b.members),
                          b.message["event_count"], b.latencies_ms, encode(b.message).decode(), None, None))
-        for entry in result.expired:
-            rows.append((EXPIRED, name, group_key, None, "expired", None, None, entry["merged_events"], None,
-                         encode(entry).decode(), None, None))
+        for entry, late in zip(result.expired, result.late, strict=True):
+            rows.append((EXPIRED, name, group_key, None, LATE_ARRIVAL if late else "expired", None, None,
+                         entry["merged_events"], None, encode(entry).decode(), None, None))
 
     def whole_groups(data: pa.Table):
         """Output batches of ``data``'s groups: the columnar path's batches (plain policies), the
@@ -224,7 +229,8 @@ def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNa
             yield table(rows)  # dead letters only
             return
         chunk = make_chunk(data["group_key"], data["timestamp_ms"], data["topic"], data["partition"],
-                           data["offset"], data["item_id"], data["items"], parsed)
+                           data["offset"], data["item_id"], data["items"], parsed,
+                           data["event_time_ms"] if timed else None)
         starts = np.flatnonzero(np.diff(chunk.group, prepend=-1))
         bounds = np.append(starts, len(chunk.group)).tolist()
         events_of = {}
@@ -297,18 +303,22 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFA
     if len(set(names_seen)) != len(names_seen):
         raise ValueError(f"policy names must be unique: {names_seen}")
     # the messages' shape is the decoder's: every policy of the grid builds them with it
-    policies = [dataclasses.replace(p, policy=dataclasses.replace(p.policy, shape=names.shape)) for p in policies]
+    policies = [dataclasses.replace(p, policy=dataclasses.replace(p.policy, shape=names.shape,
+                                                               event_times=names.event_time is not None))
+                for p in policies]
     defer = defer and deferrable(names, values)
     frame = decode(records_df, names, max_event_bytes, values=values, defer=defer)
     # the key where a dead-letter entry may need it: poison, and values decoded after the shuffle
     undecoded = F.col("items").isNull()
-    needed = frame.select("group_key", "timestamp_ms", "topic", "partition", "offset", "item_id", "items",
+    needed = frame.select("group_key", "timestamp_ms", "event_time_ms", "topic", "partition", "offset", "item_id",
+                          "items",
                           F.when(undecoded, F.col("key")).alias("key"), "value", "poison_reason", "poison_detail")
     # sorted by group key only: a group's records must be contiguous (a group cut by an Arrow
     # batch goes on in the next), and each chunk is sorted again in simulation order in Python
     # (columnar.make_chunk). Sorting on all five keys cost about 0.7 s more per million records.
     return (needed.repartition("group_key").sortWithinPartitions("group_key")
-            .mapInArrow(_partition_function(policies, (names, max_event_bytes) if defer else None), OUTPUT_SCHEMA))
+            .mapInArrow(_partition_function(policies, (names, max_event_bytes) if defer else None,
+                                            timed=names.event_time is not None), OUTPUT_SCHEMA))
 
 
 def write_outputs(result, out_dir: str) -> None:

@@ -130,7 +130,7 @@ class ShardStep:
             for claim in plan.claims:
                 message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=now_ms,
                                         ack_key=self.ack_key, held_back_ms=claim.held_back_ms,
-                                        shape=self.policy.shape)
+                                        shape=self.policy.shape, event_times=self.policy.event_times)
                 out.append((BATCH, group_key, message["batch_id"], str(claim.reason), encode(message).decode()))
         return out
 
@@ -172,4 +172,5 @@ def int_or_none(value) -> int | None:
 def job_step(policy: Policy, names: FieldNames, shards: int, ack_key: bytes | None = None) -> ShardStep:
     """The step the streaming job runs: its messages take the shape of the decoder (``names``),
     whatever ``policy.shape`` says, so the rows kept and the messages built agree."""
-    return ShardStep(dataclasses.replace(policy, shape=names.shape), shards, ack_key)
+    return ShardStep(dataclasses.replace(policy, shape=names.shape, event_times=names.event_time is not None),
+                     shards, ack_key)

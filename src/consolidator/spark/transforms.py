@@ -55,6 +55,7 @@ DECODED_SCHEMA = T.StructType([
     T.StructField("items", T.StringType(), True),  # JSON [[sku, quantity], ...], or {"event": ...} (shape.stored_text)
     T.StructField("poison_reason", T.StringType(), True),
     T.StructField("poison_detail", T.StringType(), True),
+    T.StructField("event_time_ms", T.LongType(), True),  # with an event time field: the event's own time
 ])
 
 #: JSON-lines input of the replay job: ``value`` as text, or ``value_b64`` for any bytes.
@@ -137,7 +138,7 @@ def fast_schema(names: FieldNames) -> T.StructType | None:
     needs an escape in JSON, or a generic event shape is configured: it keeps what it reads of
     each event, which only ``events.decode`` knows)."""
     fields = (names.group_key, names.item_id, names.items, names.sku, names.quantity)
-    if names.shape is not None or len(set(fields[:3])) < 3 or names.sku == names.quantity or any(_JSON_ESCAPED.search(f) for f in fields):
+    if not names.shape.is_reference or names.event_time is not None or len(set(fields[:3])) < 3 or names.sku == names.quantity or any(_JSON_ESCAPED.search(f) for f in fields):
         return None
     item = T.StructType([T.StructField(names.sku, T.StringType()), T.StructField(names.quantity, T.LongType())])
     return T.StructType([T.StructField(names.group_key, T.StringType()),
@@ -219,7 +220,7 @@ def deferrable(names: FieldNames, values: ValueFormat | None = None) -> bool:
     """Whether :func:`claimed_group_key` can prove group keys for ``names``: a generic shape, JSON
     values, and a group key field whose name holds no whitespace, quote, backslash, control
     character or any of ``:,{}[]`` (so its quoted name can only be a string token of a JSON text)."""
-    return names.shape is not None and values is None and bool(names.group_key) \
+    return not names.shape.is_reference and names.event_time is None and values is None and bool(names.group_key) \
         and not _UNSAFE_NAME.search(names.group_key)
 
 
@@ -253,7 +254,8 @@ def not_proven() -> Column:
                                                 for n in ("group_key", "item_id", "items")))
 
 
-_FALLBACK_TYPE = "group_key string, item_id string, items string, poison_reason string, poison_detail string"
+_FALLBACK_TYPE = ("group_key string, item_id string, items string, poison_reason string, poison_detail string,"
+                  " event_time_ms long")
 
 
 def decode_value(value: bytes, names: FieldNames, max_event_bytes: int,
@@ -271,7 +273,8 @@ def decode_value(value: bytes, names: FieldNames, max_event_bytes: int,
         return {"group_key": POISON_GROUP, "poison_reason": str(poison.reason), "poison_detail": poison.detail}
     items = (stored_text(event.items) if isinstance(event.items, EventView)
              else json.dumps(event.items, separators=(",", ":"), ensure_ascii=False))
-    return {"group_key": event.group_key, "item_id": event.item_id, "items": items}
+    return {"group_key": event.group_key, "item_id": event.item_id, "items": items,
+            "event_time_ms": None if names.event_time is None else event.timestamp_ms}
 
 
 def _fallback(names: FieldNames, max_event_bytes: int, values: ValueFormat | None = None):
@@ -282,7 +285,8 @@ def _fallback(names: FieldNames, max_event_bytes: int, values: ValueFormat | Non
     import pyarrow.compute as pc
 
     out_type = pa.struct([("group_key", pa.string()), ("item_id", pa.string()), ("items", pa.string()),
-                          ("poison_reason", pa.string()), ("poison_detail", pa.string())])
+                          ("poison_reason", pa.string()), ("poison_detail", pa.string()),
+                          ("event_time_ms", pa.int64())])
 
     def fallback(value: pa.Array, topic: pa.Array) -> pa.Array:
         count = len(value)
@@ -290,7 +294,7 @@ def _fallback(names: FieldNames, max_event_bytes: int, values: ValueFormat | Non
         if not todo:
             return pa.nulls(count, out_type)
         rows: list[dict | None] = [None] * count
-        if names.shape is not None and values is None:  # a generic shape: the common case in one pass
+        if not names.shape.is_reference and values is None and names.event_time is None:  # a generic shape: the common case in one pass
             todo, decoded = _decode_shaped(value, todo, names, max_event_bytes)
             if not todo:
                 return decoded
@@ -321,8 +325,8 @@ def _decode_shaped(value, todo: list[int], names: FieldNames, max_event_bytes: i
         columns[0][index], columns[1][index], columns[2][index] = groups[j], item_ids[j], items[j]
     nulls = pa.array([g is None for g in columns[0]])
     decoded = pa.StructArray.from_arrays(
-        [pa.array(c, pa.string()) for c in columns] + [pa.nulls(count, pa.string())] * 2,
-        names=["group_key", "item_id", "items", "poison_reason", "poison_detail"], mask=nulls)
+        [pa.array(c, pa.string()) for c in columns] + [pa.nulls(count, pa.string())] * 2 + [pa.nulls(count, pa.int64())],
+        names=["group_key", "item_id", "items", "poison_reason", "poison_detail", "event_time_ms"], mask=nulls)
     return [todo[j] for j in rest], decoded
 
 
@@ -376,4 +380,5 @@ def decode(df: DataFrame, names: FieldNames, max_event_bytes: int, fast_path: bo
         *(F.when(ok, F.col(f"_fast.{n}")).when(~later, F.col(f"_slow.{n}")).alias(n) for n in ("item_id", "items")),
         F.col("_slow.poison_reason").alias("poison_reason"),
         F.col("_slow.poison_detail").alias("poison_detail"),
+        F.when(~ok & ~later, F.col("_slow.event_time_ms")).alias("event_time_ms"),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import orjson
 
@@ -37,8 +37,6 @@ class ClaimedBatch:
     members: tuple[Member, ...]
     cut: bool = False  # the claim stopped at the byte cap: the rows after it belong to the same claim
     held_back_ms: int = 0  # how long the group's rate limit held this claim back
-    epochs: Mapping[str, int] | None = field(default_factory=dict)  # the topics' epochs of its id; None: a v1 id (before schema 9)
-    id_computed: bool = False  # the id was computed from these members and epochs by this claim, not read back
 
 
 MEMBER_COLUMNS = ("src_topic, src_partition, src_offset, item_id, items, first_seen_ms, last_update_ms,"
@@ -56,11 +54,11 @@ def _member(row: dict) -> Member:
 
 def _claim_as_batch(cur, group_key: str, keys: list[str], positions: list[SourcePosition], reason: FlushReason,
                     now_ms: int, rate: tuple[RateLimit, RateState] | None, epochs: Mapping[str, int],
-                    failed: str | None = None) -> tuple[str, dict[str, int], int]:
+                    failed: str | None = None) -> tuple[str, int]:
     """Set the PENDING rows ``keys`` (``"id,bucket"`` texts of integers, claim order) CLAIMED under
     one new batch and store its batch row (``failed``: as a batch that already failed once,
-    with that error). Returns its id, the topic epochs the id names and the held-back time the
-    rate limit counted. :class:`StoreError` when a row is no longer PENDING."""
+    with that error). Returns its id (named by the topics' epochs, stored with them) and the
+    held-back time the rate limit counted. :class:`StoreError` when a row is no longer PENDING."""
     used = id_epochs(positions, epochs)
     new_id = batch_id(group_key, positions, used)
     # the claim is the row's only write in a flush; the keys are integers formatted by the reader
@@ -81,7 +79,7 @@ def _claim_as_batch(cur, group_key: str, keys: list[str], positions: list[Source
              orjson.dumps(dict(sorted(used.items()))).decode(), 0 if failed is None else 1,
              None if failed is None else failed[:1024]),
         )
-    return new_id, used, held
+    return new_id, held
 
 
 def member_rows(cur, batch_id_: str, member_keys: str) -> tuple[Member, ...]:
@@ -142,10 +140,9 @@ class BatchStore(Connection):
             return None
         rows, cut = taken
         keys, members = [r.key for r in rows], tuple(r.member for r in rows)
-        new_id, used, held = _claim_as_batch(cur, group_key, keys, [m.position for m in members], reason, now_ms,
+        new_id, held = _claim_as_batch(cur, group_key, keys, [m.position for m in members], reason, now_ms,
                                              rate, epochs)
-        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut=cut, held_back_ms=held, epochs=used,
-                            id_computed=True)
+        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut=cut, held_back_ms=held)
 
     def claim_unbuilt(
         self, group_key: str, reason: FlushReason, now_ms: int, error: str, *, rate: RateLimit | None = None,
@@ -174,7 +171,7 @@ class BatchStore(Connection):
                     if row is None:
                         return None
                     position = SourcePosition(row["src_topic"], row["src_partition"], row["src_offset"])
-                    new_id, _, _ = _claim_as_batch(cur, group_key, [row["k"]], [position], reason, at,
+                    new_id, _ = _claim_as_batch(cur, group_key, [row["k"]], [position], reason, at,
                                                    None if gate is None else (rate, gate[0]), epochs,
                                                    failed=error)
                     return new_id
@@ -196,7 +193,7 @@ class BatchStore(Connection):
         """The batch and its member rows, if it is CLAIMED."""
         with self.transaction() as cur:
             cur.execute(
-                "SELECT group_key, flush_reason, claimed_at_ms, attempts, held_back_ms, member_keys, id_epochs"
+                "SELECT group_key, flush_reason, claimed_at_ms, attempts, held_back_ms, member_keys"
                 " FROM batches"
                 " WHERE batch_id = %s AND state = 'CLAIMED' AND kind = 'batch'",
                 (batch_id_,),
@@ -208,7 +205,6 @@ class BatchStore(Connection):
         return ClaimedBatch(
             batch_id_, head["group_key"], FlushReason(head["flush_reason"]), head["claimed_at_ms"],
             head["attempts"], members, held_back_ms=head["held_back_ms"],
-            epochs=None if head["id_epochs"] is None else orjson.loads(head["id_epochs"]),
         )
 
     def record_failure(self, batch_id_: str, error: str) -> int | None:

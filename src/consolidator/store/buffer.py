@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -23,20 +23,15 @@ from consolidator.rules.events import Event, SourcePosition, bucket_of
 from consolidator.rules.policy import GroupStats
 from consolidator.store.connection import (
     Connection,
-    Pipeline,
     _json_escaper,
     _multi_row,
     _string_escaper,
 )
 from consolidator.store.members import keys_table
 from consolidator.store.offsets import (
-    Mark,
     Partition,
     advance_marks,
-    create_missing_marks,
     lock_marks,
-    lock_read_statement,
-    marks_of,
     record_applied,
 )
 
@@ -54,7 +49,7 @@ class IngestCounts:
 _UPSERT_HEAD = """
 INSERT INTO buffer_rows
   (bucket, group_key, item_id, pos_key, src_topic, src_partition, src_offset, record_ts_ms,
-   items, first_seen_ms, last_update_ms)
+   items, first_seen_ms, last_update_ms, trace_parent, trace_state)
 VALUES """
 _UPSERT_TAIL = """
 ON DUPLICATE KEY UPDATE
@@ -64,6 +59,8 @@ ON DUPLICATE KEY UPDATE
   src_topic = IF(VALUES(pos_key) > pos_key, VALUES(src_topic), src_topic),
   src_partition = IF(VALUES(pos_key) > pos_key, VALUES(src_partition), src_partition),
   src_offset = IF(VALUES(pos_key) > pos_key, VALUES(src_offset), src_offset),
+  trace_parent = IF(VALUES(pos_key) > pos_key, VALUES(trace_parent), trace_parent),
+  trace_state = IF(VALUES(pos_key) > pos_key, VALUES(trace_state), trace_state),
   last_update_ms = GREATEST(last_update_ms, VALUES(last_update_ms)),
   pos_key = GREATEST(pos_key, VALUES(pos_key))
 """
@@ -95,44 +92,12 @@ class BufferStore(Connection):
             marks = lock_marks(cur, {(e.position.topic, e.position.partition) for e in events}
                                | {(p.topic, p.partition) for p in settled})
             high = {partition: mark.high_water for partition, mark in marks.items()}
-            fresh = _fresh(cur, events, marks, high)
+            fresh = _fresh(events, high)
             for topic, partition, offset in settled:
                 high[topic, partition] = max(high[topic, partition], offset)
             affected = sum(cur.execute(statement) for statement in _upsert_statements(cur, fresh, now_ms))
             advance_marks(cur, {p: o for p, o in high.items() if o > marks[p].high_water})
         return IngestCounts(stored=len(fresh), coalesced=affected - len(fresh), replayed=len(events) - len(fresh))
-
-    def ingest_pipelined(self, partitions: Iterable[Partition], chunks: Iterable[Sequence[Event]],
-                         now_ms: int) -> IngestCounts:
-        """What :meth:`ingest` does for the events of ``chunks`` (every one of a partition in
-        ``partitions``; no settled positions), in one transaction, with the client's work
-        overlapping the server's: ``chunks`` is iterated (the caller decodes there) and each
-        chunk's statement is built while the server runs the previous one. All or nothing: any
-        error, a statement's or one ``chunks`` raises, rolls everything back and propagates;
-        no retry after a conflict (the caller falls back to :meth:`ingest`)."""
-        keys = sorted(set(partitions))
-        stored = seen = affected = 0
-        with self.transaction() as cur, Pipeline(cur) as pipe:
-            if keys:
-                pipe.send(lock_read_statement(cur, keys))
-            chunks = iter(chunks)
-            chunk = next(chunks, None)  # the first decode overlaps the lock
-            marks = create_missing_marks(cur, keys, marks_of(pipe.fetch())) if keys else {}
-            high = {partition: mark.high_water for partition, mark in marks.items()}
-            ledger = any(mark.ledger_high_water is not None for mark in marks.values())
-            while chunk is not None:
-                seen += len(chunk)
-                if ledger:
-                    affected += pipe.wait()  # the old ledger's statements (in _fresh) run one at a time
-                fresh = _fresh(cur, chunk, marks, high)
-                stored += len(fresh)
-                for statement in _upsert_statements(cur, fresh, now_ms):
-                    affected += pipe.wait()
-                    pipe.send(statement)
-                chunk = next(chunks, None)  # decoded while the server runs the last statement
-            affected += pipe.wait()
-            advance_marks(cur, {p: o for p, o in high.items() if o > marks[p].high_water})
-        return IngestCounts(stored=stored, coalesced=affected - stored, replayed=seen - stored)
 
     def ingest_redriven(self, events: Sequence[Event], now_ms: int) -> IngestCounts:
         """Store fixed poison events under their original positions, each exactly once: the
@@ -187,22 +152,15 @@ class BufferStore(Connection):
         return {state: n for state, n in sorted(counts.items()) if n}
 
 
-def _fresh(cur, events: Sequence[Event], marks: dict[Partition, Mark], high: dict[Partition, int]) -> list[Event]:
-    """The events of ``events`` that are not replays, raising ``high`` (the marks as of the
-    events before these) past them. Below a partition's old-ledger mark the ledger decides,
-    by statement (rare: re-deliveries of records from before the marks only)."""
+def _fresh(events: Sequence[Event], high: dict[Partition, int]) -> list[Event]:
+    """The events of ``events`` that are not replays (at or below ``high``, the marks as of the
+    events before these), raising ``high`` past them."""
     fresh: list[Event] = []
-    ledger: list[Event] = []
     for e in events:
         topic, partition, offset = e.position
         if offset > high[topic, partition]:
             high[topic, partition] = offset
             fresh.append(e)
-        elif marks[topic, partition].in_ledger_range(offset):
-            ledger.append(e)
-    if ledger:
-        new = record_applied(cur, [(e.position.sort_key(), e.bucket) for e in ledger])
-        fresh += [e for e, is_new in zip(ledger, new, strict=True) if is_new]
     return fresh
 
 
@@ -216,7 +174,8 @@ def _upsert_statements(cur, events: Sequence[Event], now_ms: int) -> Iterator[st
     esc = _string_escaper(cur.connection)
     esc_json = _json_escaper(cur.connection)
     dumps = orjson.dumps
-    tail = f",{now_ms:d},{now_ms:d})"
+    tail = f",{now_ms:d},{now_ms:d},NULL,NULL)"
+    times = f",{now_ms:d},{now_ms:d},"
     groups: dict[str, str] = {}
     partitions: dict[Partition, tuple[str, str]] = {}
 
@@ -231,10 +190,14 @@ def _upsert_statements(cur, events: Sequence[Event], now_ms: int) -> Iterator[st
         return text
 
     def row(event: Event) -> str:
-        (topic, partition, offset), ts, group, item, items, _ = event
+        (topic, partition, offset), ts, group, item, items, _, trace = event
         key, columns = partitions.get((topic, partition)) or partition_text(topic, partition)
         return (f"({bucket_of(ts)},'{groups[group] if group in groups else group_text(group)}','{esc(item)}',"
                 f"{key}{offset.to_bytes(8, 'big', signed=True).hex()}{columns}{offset:d},{ts:d},"
-                f"'{esc_json(dumps(items))}'{tail}")
+                f"'{esc_json(dumps(items))}'{tail if trace is None else times + traced(trace)}")
+
+    def traced(trace) -> str:  # printable ASCII already (rules/tracecontext.py); escaped all the same
+        parent, state = trace
+        return f"'{esc(parent)}',{'NULL' if state is None else chr(39) + esc(state) + chr(39)})"
 
     yield from _multi_row(_UPSERT_HEAD, _UPSERT_TAIL, map(row, events))

@@ -6,7 +6,7 @@ overrides another; ``tests/unit/test_store_composition.py`` keeps this list true
 :class:`~consolidator.store.connection.Connection` (``transaction``, ``close``, ``ping``):
 
 - ``SchemaStore`` (schema.py): migrate, schema_version
-- ``BufferStore`` (buffer.py): ingest, ingest_pipelined, ingest_redriven, pending_group_stats,
+- ``BufferStore`` (buffer.py): ingest, ingest_redriven, pending_group_stats,
   row_counts
 - ``OffsetStore`` (offsets.py): partition_offsets, replay_marks, replay_state_rows, reset_offsets
 - ``EpochStore`` (epochs.py): topic_epochs
@@ -14,6 +14,7 @@ overrides another; ``tests/unit/test_store_composition.py`` keeps this list true
   claim_unbuilt, claimed_batch_ids, load_batch, mark_dead, mark_sent, mark_sent_many,
   record_failure, revive_dead_batch
 - ``BatchViews`` (batch_views.py): batch_view, batch_views
+- ``EventFinder`` (batch_views.py): rows_at_position, rows_of_item
 - ``PartitionStore`` (partitions.py): add_partitions_through, drop_partition_if_sent, partitions,
   prune_batches, unsent_rows_in_partition
 - ``LimitStore`` (limits.py): clear_limit, limits, prune_rate_states, rate_states, set_limit,
@@ -23,11 +24,12 @@ overrides another; ``tests/unit/test_store_composition.py`` keeps this list true
   delete_trackers, incomplete_summary, incomplete_trackers, lease_completions,
   mark_completions_published, seal, tracker
 - ``UserStore`` (users.py): ensure_users
+- ``TraceStore`` (traces.py): member_trace_contexts
 """
 
 from __future__ import annotations
 
-from consolidator.store.batch_views import BatchViews
+from consolidator.store.batch_views import BatchViews, EventFinder
 from consolidator.store.batches import BatchStore, ClaimedBatch
 from consolidator.store.buffer import BufferStore, IngestCounts
 from consolidator.store.completion import CompletionStore
@@ -44,6 +46,7 @@ from consolidator.store.partitions import (
 )
 from consolidator.store.rate import Throttled
 from consolidator.store.schema import SchemaStore
+from consolidator.store.traces import TraceStore
 from consolidator.store.users import UserStore
 
 __all__ = [
@@ -52,7 +55,7 @@ __all__ = [
 ]
 
 
-class MySQLStore(SchemaStore, BufferStore, OffsetStore, EpochStore, BatchStore, BatchViews, PartitionStore,
-                 LimitStore, ExpiryStore, CompletionStore, UserStore):
+class MySQLStore(SchemaStore, BufferStore, OffsetStore, EpochStore, BatchStore, BatchViews, EventFinder, PartitionStore,
+                 LimitStore, ExpiryStore, CompletionStore, UserStore, TraceStore):
     """One connection, used by one thread at a time. Reconnects after the server went away.
     Which part owns which method: the module's docstring."""

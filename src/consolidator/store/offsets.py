@@ -6,10 +6,9 @@ Guarantees (docs/semantics.md section 4):
 - an ingest locks the marks of its partitions (in key order, so two ingests cannot deadlock
   on them) before it reads them: two invocations for one partition serialise on its row,
   and the second sees the first's mark;
-- ``applied_positions`` is the small explicit per-position path: positions applied outside
-  the marks (``dlq redrive``) and the rows of the pre-v4 ledger (for records at or below a
-  partition's ``ledger_high_water``, whose gaps may be records still to be re-delivered).
-  It is partitioned like the buffer, so its months go with the buffer's.
+- ``applied_positions`` is the small explicit per-position path: positions applied below the
+  marks (``dlq redrive``), each exactly once. It is partitioned like the buffer, so its months
+  go with the buffer's.
 """
 
 from __future__ import annotations
@@ -29,14 +28,10 @@ class Mark(NamedTuple):
     """A partition's replay state. ``-1``: nothing applied yet."""
 
     high_water: int
-    ledger_high_water: int | None = None  # set by migration 4 only
 
     def is_replay(self, offset: int) -> bool:
-        """At or below the mark, and not in the range the old ledger still decides."""
-        return offset <= self.high_water and not self.in_ledger_range(offset)
-
-    def in_ledger_range(self, offset: int) -> bool:
-        return self.ledger_high_water is not None and offset <= self.ledger_high_water
+        """At or below the mark."""
+        return offset <= self.high_water
 
 
 NO_MARK = Mark(-1)
@@ -47,7 +42,6 @@ class PartitionOffset:
     topic: str
     partition: int
     high_water: int
-    ledger_high_water: int | None
 
 
 def _keys(quote, partitions: Iterable[Partition]) -> str:
@@ -64,7 +58,7 @@ def lock_marks(cur, partitions: Iterable[Partition]) -> dict[Partition, Mark]:
     return create_missing_marks(cur, rows, marks_of(tuple(r.values()) for r in cur.fetchall()))
 
 
-_MARK_COLUMNS = "SELECT src_topic, src_partition, high_water, ledger_high_water FROM partition_offsets"
+_MARK_COLUMNS = "SELECT src_topic, src_partition, high_water FROM partition_offsets"
 
 
 def lock_read_statement(cur, partitions: list[Partition]) -> str:
@@ -78,7 +72,7 @@ def lock_read_statement(cur, partitions: list[Partition]) -> str:
 
 def marks_of(rows: Iterable[tuple]) -> dict[Partition, Mark]:
     """The marks of ``lock_read_statement``'s rows (as tuples)."""
-    return {(topic, partition): Mark(high, ledger) for topic, partition, high, ledger in rows}
+    return {(topic, partition): Mark(high) for topic, partition, high in rows}
 
 
 def create_missing_marks(cur, partitions: list[Partition], marks: dict[Partition, Mark]) -> dict[Partition, Mark]:
@@ -110,7 +104,7 @@ def advance_marks(cur, marks: dict[Partition, int]) -> None:
 
 def record_applied(cur, positions: Iterable[tuple[bytes, int]]) -> list[bool]:
     """Insert (pos_key, bucket) into ``applied_positions``; True for each one new here. One
-    statement per position: this path is for redrives and old-ledger re-deliveries only."""
+    statement per position: this path is for redrives only."""
     return [
         bool(cur.execute(
             f"INSERT IGNORE INTO applied_positions (pos_key, bucket) VALUES (X'{key.hex()}', {bucket:d})"))
@@ -126,21 +120,15 @@ class OffsetStore(Connection):
         if not rows:
             return {}
         with self.transaction() as cur:
-            cur.execute(
-                "SELECT src_topic, src_partition, high_water, ledger_high_water FROM partition_offsets"
-                f" WHERE (src_topic, src_partition) IN ({_keys(_string_quoter(cur.connection), rows)})"
-            )
-            return {(r["src_topic"], r["src_partition"]): Mark(r["high_water"], r["ledger_high_water"])
-                    for r in cur.fetchall()}
+            cur.execute(f"{_MARK_COLUMNS} WHERE (src_topic, src_partition)"
+                        f" IN ({_keys(_string_quoter(cur.connection), rows)})")
+            return {(r["src_topic"], r["src_partition"]): Mark(r["high_water"]) for r in cur.fetchall()}
 
     def partition_offsets(self, topic: str | None = None) -> list[PartitionOffset]:
         where, args = ("WHERE src_topic = %s", (topic,)) if topic is not None else ("", ())
         with self.transaction() as cur:
-            cur.execute(
-                "SELECT src_topic, src_partition, high_water, ledger_high_water FROM partition_offsets"
-                f" {where} ORDER BY src_topic, src_partition", args)
-            return [PartitionOffset(r["src_topic"], r["src_partition"], r["high_water"], r["ledger_high_water"])
-                    for r in cur.fetchall()]
+            cur.execute(f"{_MARK_COLUMNS} {where} ORDER BY src_topic, src_partition", args)
+            return [PartitionOffset(r["src_topic"], r["src_partition"], r["high_water"]) for r in cur.fetchall()]
 
     def reset_offsets(self, topic: str, partition: int | None = None, now_ms: int | None = None) -> tuple[int, int]:
         """Forget the replay state of ``topic`` (or one of its partitions): its marks and its

@@ -4,15 +4,19 @@ The migration floor: ``consolidator db migrate`` (:meth:`SchemaStore.migrate`) b
 of any older version to :data:`SCHEMA_VERSION`, and the runtime refuses an older one
 (``open_store``, :class:`~consolidator.rules.errors.SchemaOutdated`). So the code outside the migrations
 reads only the current schema. What stays from older schemas is data, never a code path: ids
-already assigned never change (a batch claimed before schema 9 keeps its v1 id, ``id_epochs``
-NULL); the rows of the pre-v4 ledger keep deciding the records at or below their partition's
-``ledger_high_water``.
+already assigned never change (a batch claimed before schema 9 keeps its v1 id, stored as its
+``batch_id``, ``id_epochs`` NULL; a re-publish sends the stored id); migration 13 retires the
+pre-v4 per-record ledger, after which the marks alone decide every replay. It refuses
+(:class:`~consolidator.rules.errors.LedgerNotDrained`, nothing written) while a partition's old
+ledger has a gap at or below its ``ledger_high_water``, a record Kafka may still re-deliver,
+unless the operator confirms the ledger drained (``db migrate --ledger-drained``).
 """
 
 from __future__ import annotations
 
 import secrets
 
+from consolidator.rules.errors import LedgerNotDrained
 from consolidator.rules.events import bucket_of, months_after
 from consolidator.store.connection import Connection
 from consolidator.store.databases import refuse_system_schema
@@ -38,7 +42,8 @@ def _no_pad_collation(server_version: str) -> str:
 Statement = str | tuple[str, tuple]  # SQL, or SQL and its parameters
 
 #: The version this code reads and writes: the last migration's (a test holds them equal).
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 13
+LEDGER_RETIRED = 13  # the migration that retires the pre-v4 ledger: checked before it runs
 
 
 def _migrations(first_bucket: int, no_pad: str, now_ms: int = 0) -> list[tuple[int, str, list[Statement]]]:
@@ -276,13 +281,64 @@ def _migrations(first_bucket: int, no_pad: str, now_ms: int = 0) -> list[tuple[i
                  " COMMENT 'JSON [[id, bucket], ...] of the member rows in batch order'"),
             ],
         ),
+        (
+            12,
+            "a buffer row keeps the W3C trace context of its newest event",
+            [
+                # Set with the row's items (the newest position's); NULL: that record had none.
+                ("ALTER TABLE buffer_rows"
+                 " ADD COLUMN trace_parent CHAR(55) CHARACTER SET ascii NULL"
+                 " COMMENT 'traceparent header of the newest event; NULL: none or not valid',"
+                 " ADD COLUMN trace_state VARCHAR(512) CHARACTER SET ascii NULL"
+                 " COMMENT 'tracestate header beside it; NULL: none'"),
+            ],
+        ),
+        (
+            LEDGER_RETIRED,
+            "the pre-v4 ledger retired: the high-water marks alone decide replays",
+            [
+                # Runs once no partition's old ledger can still decide a record (checked first,
+                # undrained_ledger). Its rows stay in applied_positions: positions applied, as
+                # redriven ones are, and they go with their months.
+                "ALTER TABLE partition_offsets DROP COLUMN ledger_high_water",
+            ],
+        ),
     ]
 
 
+def undrained_ledger(cur) -> list[str]:
+    """The partitions whose pre-v4 ledger may still decide a record, each as a line for the
+    operator: between the lowest position the ledger still holds and ``ledger_high_water`` an
+    offset is missing (a record that failed, which Kafka may re-deliver; or an offset Kafka never
+    used: a transaction marker, a compacted record). A partition whose ledger holds every offset
+    of that range, or none any more (its months dropped), has nothing left to decide."""
+    cur.execute("SELECT src_topic, src_partition, ledger_high_water FROM partition_offsets"
+                " WHERE ledger_high_water IS NOT NULL ORDER BY src_topic, src_partition")
+    lines = []
+    for row in cur.fetchall():
+        topic, partition, high = row["src_topic"], row["src_partition"], row["ledger_high_water"]
+        prefix = topic.encode() + b"\x00" + partition.to_bytes(4, "big", signed=True)
+        cur.execute("SELECT COUNT(DISTINCT pos_key) AS held, MIN(pos_key) AS lowest FROM applied_positions"
+                    " WHERE pos_key BETWEEN %s AND %s", (prefix + bytes(8), prefix + high.to_bytes(8, "big")))
+        found = cur.fetchone()
+        if not found["held"]:
+            continue
+        lowest = int.from_bytes(found["lowest"][-8:], "big")
+        missing = high - lowest + 1 - int(found["held"])
+        if missing:
+            lines.append(f"{topic!r} partition {partition}: {missing} offset(s) between {lowest} and {high}"
+                         " not in the ledger")
+    return lines
+
+
 class SchemaStore(Connection):
-    def migrate(self, now_ms: int) -> list[int]:
+    def migrate(self, now_ms: int, ledger_drained: bool = False) -> list[int]:
         """Apply the migrations not applied yet, in order. Returns the versions applied now.
-        A system schema of the server (``mysql``, ``sys``, ...) is refused before anything is written."""
+        A system schema of the server (``mysql``, ``sys``, ...) is refused before anything is written.
+        Before the migration that retires the pre-v4 ledger, :func:`undrained_ledger` must be
+        empty, or ``ledger_drained`` given (the operator checked that Kafka will not deliver
+        again any record at or below those partitions' ``ledger_high_water``): else
+        :class:`~consolidator.rules.errors.LedgerNotDrained`, the migrations before it applied."""
         with self.transaction() as cur:
             cur.execute("SELECT DATABASE() AS name")
             refuse_system_schema(cur.fetchone()["name"] or "", "migrate")
@@ -300,6 +356,13 @@ class SchemaStore(Connection):
             if version in done:
                 continue
             with self.transaction() as cur:
+                if version == LEDGER_RETIRED and not ledger_drained and (undrained := undrained_ledger(cur)):
+                    raise LedgerNotDrained(
+                        "the pre-v4 ledger may still decide re-delivered records of "
+                        + "; ".join(undrained) + ". Once the consumer group's committed offset of each partition is past that"
+                        " highest offset (`kafka-consumer-groups --describe --group GROUP`), Kafka will not"
+                        " deliver them again: then run `consolidator db migrate --ledger-drained`"
+                        " (docs/operations.md)")
                 # MySQL DDL commits implicitly: a failure half-way leaves the version unrecorded
                 # and the next run stops at the first existing table with a clear error.
                 for statement in statements:

@@ -16,9 +16,9 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 
 # Libraries that log request or response contents at DEBUG or INFO: the AWS SDK, its HTTP
-# stack, the X-Ray SDK (segments with AWS call metadata), the MSK IAM signer, the schema
+# stack, the OpenTelemetry SDK and exporter, the MSK IAM signer, the schema
 # registry client's HTTP stack (httpx2, httpcore2, authlib).
-SDK_LOGGERS = ("boto3", "botocore", "s3transfer", "urllib3", "requests", "aws_xray_sdk",
+SDK_LOGGERS = ("boto3", "botocore", "s3transfer", "urllib3", "requests", "opentelemetry",
                "aws_msk_iam_sasl_signer", "httpx", "httpcore", "httpx2", "httpcore2", "authlib")
 SDK_FLOOR = logging.WARNING
 

@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from consolidator.support import tracing
 from consolidator.worker.consumer import ConsumerPlan, PollLoop
 from consolidator.worker.flusher import FlushLoop
 from consolidator.worker.health import DatabaseProbe, HealthServer
@@ -108,6 +109,7 @@ class Worker:
             self.probe.stop()
         if self.http is not None:
             self.http.stop()
+        tracing.flush(int(max(0.0, deadline - time.monotonic()) * 1000))  # the ended spans, within the bound
         seconds = round(time.monotonic() - started, 3)
         if done:
             log.info("worker stopped", extra={"reason": self.stop_reason, "seconds": seconds})

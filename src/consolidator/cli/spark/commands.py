@@ -19,9 +19,11 @@ import itertools
 import json
 import logging
 import shlex
+import shutil
 import sys
+import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -58,6 +60,8 @@ from consolidator.cli.spark.options import (
 from consolidator.cli.spark.options import (
     max_p95_seconds as _max_p95,
 )
+from consolidator.cli.spark.replay_input import Refused, choose, prepare
+from consolidator.cli.spark.replay_run import run_replay
 from consolidator.rules.errors import ConsolidatorError
 from consolidator.spark.shards import DEFAULT_SHARDS
 from consolidator.support.redact import masked
@@ -227,10 +231,20 @@ def replay_grid(params: dict) -> tuple[list, object]:
 @spark_app.command()
 def replay(
     out: Annotated[Path, typer.Option("--out", help="Output directory: batches/, dead_letter/, report/.")],
-    input_path: Annotated[str | None, typer.Option("--input", help="JSON lines or Parquet of records.")] = None,
-    input_format: Annotated[str, typer.Option("--format", help="json, parquet or kafka")] = "json",
+    input_path: Annotated[str | None, typer.Option(
+        "--input", help="A file as `ingest --file` reads it, a directory or URL of record JSON lines, or "
+                        "Parquet of records.")] = None,
+    input_format: Annotated[str, typer.Option(
+        "--format", help="auto (a local file: told by its first line, as `ingest --file` does; else json), "
+                         "values, envelope, msk-event, json (envelope lines, also a directory or URL), "
+                         "parquet or kafka.")] = "auto",
+    timestamp_field: Annotated[str | None, typer.Option(
+        "--timestamp-field", help="values: each record arrives at this field of the value (a path; epoch ms "
+                                  "or ISO-8601 with a zone); default: the time the line is read.")] = None,
     bootstrap_servers: Annotated[str | None, typer.Option("--bootstrap-servers")] = None,
-    topic: Annotated[str | None, typer.Option("--topic", parser=topic_name, help="--format kafka: the topic.")] = None,
+    topic: Annotated[str | None, typer.Option(
+        "--topic", parser=topic_name,
+        help="--format kafka: the topic; values: the topic of the positions (default file.<file name>).")] = None,
     starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
     ending_offsets: Annotated[str, typer.Option("--ending-offsets")] = "latest",
     debounce_seconds: Annotated[str | None, typer.Option(
@@ -266,49 +280,38 @@ def replay(
 ) -> None:
     """Replay history under a grid of policies; writes batches and a Markdown/HTML report with a chart."""
     policies, settings = replay_grid(locals())
-    # every input checked before Spark starts
-    if input_format not in ("json", "parquet", "kafka"):
-        raise typer.BadParameter(f"json, parquet or kafka, got {input_format!r}", param_hint="--format")
-    if input_format == "kafka" and not (bootstrap_servers and topic):
-        raise typer.BadParameter("--format kafka needs --bootstrap-servers and --topic")
-    if input_format != "kafka" and not input_path:
-        raise typer.BadParameter("--input is required unless --format kafka")
-    if input_format != "kafka" and "://" not in input_path and not Path(input_path).exists():
-        raise typer.BadParameter(f"{input_path} does not exist", param_hint="--input")
-    from consolidator.cli.spark.report import recommendation_text, write_report
-    from consolidator.spark.figures import compute_figures, describe_input
-    from consolidator.spark.replay import replay as run_replay
-    from consolidator.spark.replay import write_outputs
-    from consolidator.spark.session import build_session
-    from consolidator.spark.source import kafka_reader
-    from consolidator.spark.transforms import read_record_files, records
-
-    spark = build_session("consolidator-replay", master=master, progress=True)
-    if input_format == "kafka":
-        options = {"startingOffsets": starting_offsets, "endingOffsets": ending_offsets, **dict(_pairs(kafka_option))}
-        frame = records(kafka_reader(spark, bootstrap_servers, topic, streaming=False, prefer=source,
-                                     options=options).load())
-    else:
-        frame = read_record_files(spark, input_path, input_format)
-    result = run_replay(frame, policies, settings.field_names(), settings.max_event_bytes,
-                        settings.value_format_spec()).persist()
+    # every input checked, and a file read, before Spark starts; a refusal is one line
     try:
-        write_outputs(result, str(out))
-        figures = compute_figures(result, policies)
-        source_label = f"kafka {topic} at {bootstrap_servers}" if input_format == "kafka" else f"{input_format} {input_path}"
-        summary = describe_input(frame, result, source_label)
+        chosen = choose(input_path, input_format, timestamp_field)
+        if chosen == "kafka" and not (bootstrap_servers and topic):
+            raise Refused("--format kafka needs --bootstrap-servers and --topic")
+        if not out.parent.is_dir():
+            raise Refused(f"the directory of --out, {out.parent}, does not exist")
+    except Refused as exc:
+        _refuse(exc)
+    # everything is written beside the target and moved there at the end: never a partial --out
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        try:
+            prepared = None if chosen == "kafka" else prepare(input_path, chosen, timestamp_field, topic,
+                                                              work / "input")
+        except Refused as exc:
+            _refuse(exc)
+        if prepared is not None:
+            echo(f"reading {prepared.how}" + (f": {prepared.records:,} records" if prepared.records is not None
+                                              else ""), err=True)
+            if prepared.skipped:
+                echo(f"{len(prepared.skipped):,} line(s) are not records and are not replayed; first "
+                     f"{prepared.skipped[0]}", err=True)
+        run_replay(out, work / "out", prepared, policies, settings, chosen, bootstrap_servers, topic, starting_offsets,
+                ending_offsets, source, kafka_option, master, max_p95_seconds)
     finally:
-        result.unpersist()
-    max_p95_ms = None if max_p95_seconds is None else max_p95_seconds * 1000
-    paths = write_report(figures, out / "report", summary, max_p95_ms)
-    for f in figures:
-        echo(f"{f.policy}: {f.messages_in} in, {f.batches_out} batches, compaction {f.compaction_ratio}, "
-                   f"p95 latency {f.latency_p95_ms / 1000:.1f} s, dead-lettered {f.dead_lettered}, "
-                   f"expired {f.expired}, held back p95 {f.held_back_p95_ms / 1000:.1f} s")
-    advice = recommendation_text(figures, max_p95_ms)
-    if advice:
-        echo(advice)
-    echo(f"report: {paths['markdown']} ({paths['html'].name}, {paths['chart'].name})")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _refuse(exc: Exception) -> NoReturn:
+    echo(f"cannot replay: {exc}", err=True)
+    raise typer.Exit(2)
 
 
 @spark_app.command("emr-submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

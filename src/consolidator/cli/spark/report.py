@@ -19,6 +19,7 @@ from pathlib import Path
 from consolidator.cli.spark.report_chart import render_chart
 from consolidator.cli.spark.report_choice import (
     TIE_TOLERANCE,
+    differing,
     dominated,
     near_ties,
     recommend,
@@ -75,8 +76,13 @@ def recommendation_text(figures: Sequence[PolicyFigures], max_p95_ms: float | No
         others = ", ".join(f"{ids[f.policy]} `{f.policy}` (compaction {f.compaction_ratio:.2f}, p95 "
                            f"{_seconds(f.latency_p95_ms)})" for f in ties)
         text += (f" Near tie: {others} {'is' if len(ties) == 1 else 'are'} within {TIE_PERCENT} of its compaction"
-                 " and also within the bound, so the figures barely separate them: choose on what they do not"
-                 " measure (a shorter debounce reacts sooner, a smaller batch is cheaper to retry).")
+                 " and also within the bound, so the figures barely separate them")
+        settings = dict(pair for tie in ties for pair in differing(best, tie))
+        if settings:
+            text += (f"; they differ in {', '.join(settings)}: choose on what the figures do not measure"
+                     f" ({'; '.join(settings.values())}).")
+        else:
+            text += "."
     return text
 
 
@@ -97,6 +103,7 @@ _ROWS = (
     ("reasons", lambda f: ", ".join(f"{k} {v:,}" for k, v in f.reasons.items()) or "-"),
     ("batch sizes", lambda f: ", ".join(f"{k}: {v:,}" for k, v in f.batch_size_histogram.items()) or "-"),
     ("expired rows (events)", lambda f: f"{f.expired:,} ({f.expired_events:,})"),
+    ("late arrivals (older than the TTL when they arrived)", lambda f: f"{f.late_arrivals:,}"),
     ("throttled batches", lambda f: f"{f.held_back_batches:,}"),
     ("throttled wait p50 / p95 / max", lambda f: f"{_seconds(f.held_back_p50_ms)} / {_seconds(f.held_back_p95_ms)}"
                                                  f" / {_seconds(f.held_back_max_ms)}"),

@@ -1,0 +1,69 @@
+"""A record's W3C trace context (Trace Context Level 1): its ``traceparent`` and ``tracestate``
+Kafka headers, as the producer wrote them.
+
+Reading never raises and never makes a record poison: a missing, repeated or malformed
+``traceparent`` means the record has no trace context (the record itself is ingested as usual),
+and a ``tracestate`` is kept only beside a valid ``traceparent``, only when it is printable
+ASCII within :data:`MAX_TRACESTATE_CHARS`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+TRACEPARENT_HEADER = "traceparent"
+TRACESTATE_HEADER = "tracestate"
+TRACEPARENT_CHARS = 55  # version 00: "00-" 32 hex "-" 16 hex "-" 2 hex
+MAX_TRACESTATE_CHARS = 512  # what W3C asks a vendor to propagate at least
+# version (not ff), trace id (not all zeros), parent id (not all zeros), flags; lowercase hex.
+# A future version may append fields after a dash; only the first 55 characters are read then.
+_TRACEPARENT = re.compile(r"(?!ff)([0-9a-f]{2})-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+_TRACESTATE = re.compile(r"[\x20-\x7e]*")
+
+
+class TraceContext(NamedTuple):
+    """A valid W3C trace context: ``traceparent`` (version 00 form) and its ``tracestate`` (None: none)."""
+
+    traceparent: str
+    tracestate: str | None = None
+
+
+def parse_traceparent(text: str) -> str | None:
+    """``text`` as a version-00 ``traceparent`` when it is a valid one (a later version's
+    first four fields are read as version 00 allows), else None."""
+    if len(text) < TRACEPARENT_CHARS:
+        return None
+    match = _TRACEPARENT.match(text)
+    if match is None:
+        return None
+    version = match.group(1)
+    if version == "00" and len(text) != TRACEPARENT_CHARS:
+        return None
+    if version != "00" and len(text) > TRACEPARENT_CHARS and text[TRACEPARENT_CHARS] != "-":
+        return None
+    return text[:TRACEPARENT_CHARS]
+
+
+def trace_context(headers: tuple[tuple[str, bytes], ...]) -> TraceContext | None:
+    """The trace context of a record's ``headers``; None when it has none or it is not valid
+    (exactly one ``traceparent`` header, ASCII, well-formed)."""
+    parents = [value for name, value in headers if name == TRACEPARENT_HEADER]
+    if len(parents) != 1:
+        return None
+    try:
+        parent = parse_traceparent(parents[0].decode("ascii"))
+    except UnicodeDecodeError:
+        return None
+    if parent is None:
+        return None
+    states = [value for name, value in headers if name == TRACESTATE_HEADER]
+    state = None
+    if len(states) == 1 and len(states[0]) <= MAX_TRACESTATE_CHARS:
+        try:
+            text = states[0].decode("ascii")
+        except UnicodeDecodeError:
+            text = ""
+        if text and _TRACESTATE.fullmatch(text):
+            state = text
+    return TraceContext(parent, state)
