@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 # The layering contracts of pyproject.toml ([tool.importlinter]); infra/ holds consolidator_infra
 LINT_IMPORTS := PYTHONPATH=infra .venv/bin/lint-imports --no-logo
 
-.PHONY: setup setup-demo setup-flink test demo docs bench bench-ingest bench-tracing bench-flush bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
+.PHONY: setup setup-demo setup-flink test demo docs bench bench-ingest bench-tracing bench-flush bench-flush-against bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
 
 setup:
 	@bash scripts/setup.sh test
@@ -47,6 +47,12 @@ bench-tracing: setup
 
 bench-flush: setup
 	$(PY) bench/bench_flush.py $(BENCH_ARGS)
+
+# bench-flush of this checkout and of another git ref, alternated in one run (bench/against.py):
+# `make bench-flush-against REF=3c6f210` (ROUNDS runs of each side; BENCH_ARGS go to both)
+ROUNDS ?= 3
+bench-flush-against: setup
+	$(PY) bench/against.py --ref $(REF) --rounds $(ROUNDS) bench/bench_flush.py -- $(BENCH_ARGS)
 
 # The worker against the ingest service fed directly, LOAD DATA, a backlog's memory, the latency
 # of quiet groups (docs/guide/worker.md); a quick functional run:
