@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 # The layering contracts of pyproject.toml ([tool.importlinter]); infra/ holds consolidator_infra
 LINT_IMPORTS := PYTHONPATH=infra .venv/bin/lint-imports --no-logo
 
-.PHONY: setup setup-demo setup-flink test demo bench bench-ingest bench-tracing bench-flush bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
+.PHONY: setup setup-demo setup-flink test demo docs bench bench-ingest bench-tracing bench-flush bench-flush-against bench-replay bench-stream bench-acks bench-worker capacity synth lint lock fresh-check container-check chaos emr-archive emr-check test-emr-spark
 
 setup:
 	@bash scripts/setup.sh test
@@ -28,6 +28,14 @@ test: setup
 demo: setup-demo
 	.venv/bin/consolidator demo
 
+# The pages written from the code: docs/reference/configuration.md from the settings' declarations,
+# docs/reference/metrics.md from the list of metrics and deploy/grafana/consolidator.json from the
+# panel list (a test fails when a committed one differs)
+docs: setup
+	.venv/bin/consolidator docs config
+	.venv/bin/consolidator docs metrics
+	.venv/bin/consolidator docs grafana
+
 bench: bench-ingest bench-flush bench-replay bench-stream bench-acks bench-worker bench-tracing
 
 bench-ingest: setup
@@ -40,8 +48,14 @@ bench-tracing: setup
 bench-flush: setup
 	$(PY) bench/bench_flush.py $(BENCH_ARGS)
 
+# bench-flush of this checkout and of another git ref, alternated in one run (bench/against.py):
+# `make bench-flush-against REF=3c6f210` (ROUNDS runs of each side; BENCH_ARGS go to both)
+ROUNDS ?= 3
+bench-flush-against: setup
+	$(PY) bench/against.py --ref $(REF) --rounds $(ROUNDS) bench/bench_flush.py -- $(BENCH_ARGS)
+
 # The worker against the ingest service fed directly, LOAD DATA, a backlog's memory, the latency
-# of quiet groups (docs/worker.md); a quick functional run:
+# of quiet groups (docs/guide/worker.md); a quick functional run:
 # `make bench-worker BENCH_ARGS="--records 20000 --backlog 50000 --repeat 1"`
 bench-worker: setup
 	$(PY) bench/bench_worker.py $(BENCH_ARGS)
@@ -53,13 +67,14 @@ setup-flink:
 bench-replay: setup setup-flink
 	$(PY) bench/bench_replay.py $(BENCH_ARGS)
 
-# docs/capacity.md from the saved benchmark JSON lines (bench/results/, one file per run:
+# docs/benchmarks/capacity.md from the saved benchmark JSON lines (bench/results/, one file per run:
 # `make bench-ingest BENCH_ARGS="--save bench/results/ingest-1.json"`); SERVER_CPU=thread
 # when the database server was shared during the runs
 SERVER_CPU ?= process
 capacity: setup
 	$(PY) bench/capacity.py --server-cpu $(SERVER_CPU) --ingest bench/results/ingest-*.json \
-	  --flush bench/results/flush-*.json --stream $(wildcard bench/results/stream-*.json) > docs/capacity.md
+	  --flush bench/results/flush-*.json --worker $(wildcard bench/results/worker-*.json) \
+	  --stream $(wildcard bench/results/stream-*.json) > docs/benchmarks/capacity.md
 
 bench-acks: setup
 	$(PY) bench/bench_acks.py
@@ -69,7 +84,7 @@ bench-stream: setup setup-flink
 # EMR Serverless (none of it in `make test`; each downloads from PyPI, by hash, on first use):
 # the job's Python environment archive for the construct's release (build/emr/), a real
 # spark-submit with an archive of the same layout built for this machine, and the Spark tests
-# on the release's Spark (4.0.2). See docs/spark.md.
+# on the release's Spark (4.0.2). See docs/guide/spark.md.
 emr-archive: setup
 	$(PY) infra/emr_archive.py
 emr-check: setup

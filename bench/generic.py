@@ -1,4 +1,4 @@
-"""The generic event shape of the benchmarks (issue 22): about 1 KB events, each member carrying
+"""The generic event shape of the benchmarks: about 1 KB events, each member carrying
 its whole event (``CONSOLIDATOR_MEMBER_PAYLOAD=full``) and four outputs, next to the default
 shape's run. Kept small: a benchmark times it over at most ``GENERIC_RECORDS`` records."""
 

@@ -28,7 +28,7 @@ PROFILES = {"short": (1_500, [1], [*SCENARIOS, "worker-kill"]),
             "full": (10_000, [1, 2, 3, 4, 5], list(ALL_SCENARIOS))}
 # More seeds of a scenario, smaller runs, where one seed is too few to catch a known class of bug:
 # (scenario, events, seeds). completion-acks: an acker killed right after publishing a completion
-# (issue 26: published again with other bytes); each seed kills several ackers there.
+# (a later copy published with other bytes); each seed kills several ackers there.
 EXTRA_RUNS = {"short": [("completion-acks", 400, [2, 3])], "full": []}
 COLUMNS = ("lost", "duplicated", "split", "stuck", "not_durable")
 

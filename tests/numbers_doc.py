@@ -1,4 +1,4 @@
-"""The worked examples of docs/events.md, "Numbers", read from the page itself, so the tests run
+"""The worked examples of docs/guide/events.md, "Numbers", read from the page itself, so the tests run
 what the page says and cannot drift from it: shared by the Lambda-path and both-engine tests
 (``tests/integration/test_numbers_doc.py``) and the Spark replay's (``tests/spark``)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from consolidator.rules.events import FieldNames, KafkaRecord
 from consolidator.rules.shape import Shape, parse_outputs
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "events.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "guide" / "events.md"
 SPEC = '[{"name": "total", "op": "sum", "path": "v"}]'
 SHAPE = Shape(parse_outputs(SPEC))
 NAMES = FieldNames(group_key="tenant", item_id="user", shape=SHAPE)

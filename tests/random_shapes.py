@@ -1,4 +1,4 @@
-"""Random event-shape specs and random histories of events they read (issue 22): shared by the
+"""Random event-shape specs and random histories of events they read: shared by the
 cross-engine tests (the Spark replay in ``tests/spark/test_cross_engine_shape.py``, the streaming
 step in ``tests/integration/test_buffer_rules_shape.py``)."""
 

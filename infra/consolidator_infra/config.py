@@ -24,7 +24,13 @@ from pydantic import (
 )
 
 from consolidator.rules.shape import parse_outputs, parse_path, parse_payload
-from consolidator.settings import check_glue_format, check_windows, setting_field
+from consolidator.settings import (
+    ENV_PREFIX,
+    check_glue_format,
+    check_windows,
+    deployed_settings,
+    setting_field,
+)
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
 
@@ -221,19 +227,9 @@ class CacheConfig(_Model):
 
 FLUSH_SCHEDULE_SECONDS = 60  # consolidator_infra/schedules.py: the flush function runs once a minute
 
-# The product settings passed to the functions as CONSOLIDATOR_* variables. Their types, defaults,
-# units and bounds are the runtime's (consolidator.settings), not repeated here.
-POLICY_SETTINGS = (
-    "debounce_seconds", "hard_window_seconds", "max_batch_size", "tick_interval_seconds", "max_attempts",
-    "max_rows_per_tick", "max_event_bytes", "retention_months", "partitions_ahead", "group_key_field",
-    "item_id_field", "items_field", "sku_field", "quantity_field",
-    # Rate limit and event TTL (docs/semantics.md section 7); per-group overrides: `consolidator limits`.
-    "rate_limit_batches", "rate_limit_period_seconds", "event_ttl_seconds",
-    # The event shape (docs/events.md); in a deployment the spec is inline JSON (no file to read).
-    "aggregate", "member_payload",
-    # Each event's own time (docs/events.md, Event time); unset: the record timestamp.
-    "event_time_field",
-)
+# The product settings passed to the functions as CONSOLIDATOR_* variables: those the runtime
+# declares as deployed (consolidator.settings), with its types, defaults, units and bounds.
+POLICY_SETTINGS = deployed_settings()
 
 
 class _PolicyRules(_Model):
@@ -264,6 +260,13 @@ PolicyConfig = create_model(
 )
 
 
+def deployed_environment(policy: PolicyConfig, model: type) -> dict[str, str]:
+    """The ``CONSOLIDATOR_*`` variables of a function whose handler loads ``model``: every
+    deployed setting the model declares, as the environment file gives it (unset ones left out)."""
+    return {f"{ENV_PREFIX}{name.upper()}": str(value) for name in POLICY_SETTINGS
+            if name in model.model_fields and (value := getattr(policy, name)) is not None}
+
+
 class FunctionsConfig(_Model):
     ingest_memory_mb: int = Field(512, ge=128, le=10_240)
     ingest_timeout_seconds: int = Field(60, ge=5, le=900)
@@ -292,7 +295,7 @@ class AlarmConfig(_Model):
     database_cpu_percent: float = Field(80, gt=0, le=100)
     database_connections: int = Field(200, ge=1)
 
-    # -- on-call alarms (issue 10) ---------------------------------------------------------------
+    # on-call alarms
     runbook_base_url: str = Field(
         pattern=r"^https?://[^\s#]+$",
         description="where docs/runbook.md is published; each alarm links to <url>#<alarmname>",
@@ -310,7 +313,7 @@ class AlarmConfig(_Model):
 
 
 class CompletionConfig(_Model):
-    """Batch completion tracking (issue 12): the flush seals batches, downstream sends acks to an
+    """Batch completion tracking: the flush seals batches, downstream sends acks to an
     SQS queue, the acks function applies them and publishes completions to ``sink``."""
 
     sink: SinkConfig = Field(description="where completion messages go (any sink kind)")

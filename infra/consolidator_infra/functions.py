@@ -35,7 +35,7 @@ from consolidator.settings import (
     MigrateSettings,
     load_settings,
 )
-from consolidator_infra.config import ConfigError
+from consolidator_infra.config import ConfigError, PolicyConfig, deployed_environment
 from consolidator_infra.network import Network, retention_days
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -82,7 +82,7 @@ def function_code(name: str) -> lambda_.Code:
 
 class FunctionFactory(Construct):
     def __init__(
-        self, scope: Construct, id: str, *, network: Network, environment: dict[str, str],
+        self, scope: Construct, id: str, *, network: Network, environment: dict[str, str], policy: PolicyConfig,
         log_retention_days: int, log_level: str, removal_policy: RemovalPolicy,
         tracing_layer_arn: str | None = None,
     ) -> None:
@@ -90,6 +90,7 @@ class FunctionFactory(Construct):
         self._tracing_layer_arn = tracing_layer_arn
         self._network = network
         self._environment = environment
+        self._policy = policy
         self._retention = retention_days(log_retention_days)
         self._log_level = log_level
         self._removal_policy = removal_policy
@@ -99,6 +100,9 @@ class FunctionFactory(Construct):
         security_group: ec2.ISecurityGroup, environment: dict[str, str],
         reserved_concurrency: int | None = None,
     ) -> lambda_.Function:
+        """The function ``name``; besides ``environment`` it gets every deployed setting of the
+        environment file that its handler's settings model declares (``deployed_environment``)."""
+        environment = {**deployed_environment(self._policy, RUNTIME_SETTINGS[name]), **environment}
         check_function_environment(name, {**self._environment, **environment})
         log_group = logs.LogGroup(
             self, f"{name.capitalize()}Logs", retention=self._retention, removal_policy=self._removal_policy,

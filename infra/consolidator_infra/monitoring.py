@@ -29,6 +29,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from consolidator.services.panels import CLOUDWATCH_STATS, PANELS, Series
 from consolidator_infra.config import AlarmConfig, DatabaseConfig, FunctionsConfig, PolicyConfig
 
 NAMESPACE = "Consolidator"
@@ -58,6 +59,15 @@ def product_metric(name: str, service: str, environment: str, statistic: str = "
         namespace=NAMESPACE, metric_name=name, dimensions_map={"service": service, "environment": environment},
         statistic=statistic, period=period or MINUTE, label=label or name,
     )
+
+
+def cloudwatch_series(series: Series, environment: str) -> cw.IMetric:
+    """A panel's series on the functions' EMF metric: its statistic, milliseconds shown as seconds."""
+    metric = series.definition
+    stat = CLOUDWATCH_STATS[series.stat]
+    if metric.unit == "Milliseconds":
+        return scaled(product_metric(metric.name, metric.source, environment, stat), 1000, series.label)
+    return product_metric(metric.name, metric.source, environment, stat, label=series.label)
 
 
 def scaled(metric: cw.IMetric, divisor: int, label: str, period: Duration | None = None) -> cw.MathExpression:
@@ -283,49 +293,31 @@ class Monitoring(Construct):
             )
 
         env = environment
-
-        def product(name: str, service: str, statistic: str = "Sum", label: str | None = None) -> cw.Metric:
-            return product_metric(name, service, env, statistic, label=label)
-
         dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=f"consolidator-{environment}")
         dashboard.add_widgets(cw.AlarmStatusWidget(
             title="Alarms (red: firing)", alarms=list(self.alarms.values()), width=24, height=4,
             sort_by=cw.AlarmStatusWidgetSortBy.STATE_UPDATED_TIMESTAMP,
         ))
-        dashboard.add_widgets(
-            graph("Ingest (records per minute)", [
-                product("RecordsIngested", "ingest", label="stored"),
-                product("RecordsCoalesced", "ingest", label="coalesced"),
-                product("RecordsReplayed", "ingest", label="replayed (no-op)"),
-            ], [product("RecordsDeadLettered", "ingest", label="dead-lettered"),
-                product("RecordsFailed", "ingest", label="failed (retried)")],
-                left_label="records", right_label="records"),
-            graph("Batches per minute by reason", [
-                product(f"BatchesFlushed{reason}", "flush", label=label)
-                for reason, label in (("Idle", "idle"), ("HardWindow", "hard window"), ("Full", "full"))
-            ], [product("BatchesFlushed", "flush", label="all batches")], left_label="batches", right_label="batches"),
-            graph("Batch size (members)", [
-                product("BatchSize", "flush", "Average", label="average"),
-                product("BatchSize", "flush", "Maximum", label="largest"),
-            ], lines=[cw.HorizontalAnnotation(value=policy.max_batch_size, label="max_batch_size")],
-                left_label="members"),
-        )
-        latency = [
-            scaled(product_metric("EventToPublishLatency", "flush", env, stat), 1000, f"{label} (s)")
-            for stat, label in (("p50", "median"), ("p99", "p99"), ("Maximum", "max"))
-        ]
+        # the product panels: the one list both dashboards draw (consolidator.services.panels)
         bound = policy.hard_window_seconds + policy.tick_interval_seconds
+        lines = {
+            "Batch size (members)": [cw.HorizontalAnnotation(value=policy.max_batch_size, label="max_batch_size")],
+            "Event-to-publish latency (seconds)": [
+                cw.HorizontalAnnotation(value=bound, label=f"latency bound ({bound:g} s)")],
+            "Oldest PENDING event (seconds)": [self._line("PendingAgeWarning", "warning"),
+                                               self._line("PendingAgeCritical", "critical")],
+        }
+        product: dict[str, cw.GraphWidget] = {}
+        for panel in PANELS:
+            left = [cloudwatch_series(s, env) for s in panel.left if s.on_functions]
+            right = [cloudwatch_series(s, env) for s in panel.right if s.on_functions]
+            if left or right:
+                product[panel.title] = graph(panel.title, left, right, lines=lines.get(panel.title),
+                                             left_label=panel.left_label, right_label=panel.right_label)
+        dashboard.add_widgets(*(product.pop(title) for title in (
+            "Ingest (records per minute)", "Batches per minute by reason", "Batch size (members)")))
         dashboard.add_widgets(
-            graph("Event-to-publish latency (seconds)", latency,
-                  lines=[cw.HorizontalAnnotation(value=bound, label=f"latency bound ({bound:g} s)")],
-                  left_label="seconds"),
-            graph("Oldest PENDING event (seconds)",
-                  [scaled(product_metric("OldestPendingAge", "flush", env, "Maximum"), 1000, "oldest pending (s)")],
-                  [product("TicksSkipped", "flush", label="ticks skipped"),
-                   product("PublishFailures", "flush", label="publish failures"),
-                   product("DeadBatches", "flush", label="dead batches")],
-                  lines=[self._line("PendingAgeWarning", "warning"), self._line("PendingAgeCritical", "critical")],
-                  left_label="seconds", right_label="count"),
+            product.pop("Event-to-publish latency (seconds)"), product.pop("Oldest PENDING event (seconds)"),
             graph("Ingest offset lag (records)",
                   [t.ingest.metric("OffsetLag", statistic="Maximum", label="offset lag")],
                   lines=[self._line("IngestOffsetLag", "alarm")], left_label="records"),
@@ -361,10 +353,8 @@ class Monitoring(Construct):
                 cw.Metric(namespace="AWS/ElastiCache", metric_name="DatabaseMemoryUsagePercentage",
                           dimensions_map={"CacheClusterId": f"{t.cache.ref}-001"}, label="memory used (%)"),
             ], lines=[self._line("CacheCpu", "CPU alarm")], left_label="percent"),
-            graph("Cleanup (per run)", [
-                product("PartitionsCreated", "cleanup", label="partitions created"),
-                product("PartitionsDropped", "cleanup", label="partitions dropped"),
-                product("PartitionDropsRefused", "cleanup", label="drops refused"),
-            ], left_label="partitions"),
+            product.pop("Cleanup (per run)"),
         )
+        if product:  # panels added to the list later
+            dashboard.add_widgets(*product.values())
         return dashboard

@@ -52,18 +52,10 @@ class ConsolidatorStack(Stack):
         self.functions = FunctionFactory(
             self, "Functions", network=self.network, log_retention_days=fn.log_retention_days,
             log_level=fn.log_level, removal_policy=removal, tracing_layer_arn=fn.tracing_layer_arn,
+            policy=policy,  # the deployed settings
             environment={f"{P}ENVIRONMENT": config.name},  # the metrics' environment dimension
         )
-        fields = {
-            f"{P}GROUP_KEY_FIELD": policy.group_key_field, f"{P}ITEM_ID_FIELD": policy.item_id_field,
-            f"{P}ITEMS_FIELD": policy.items_field, f"{P}SKU_FIELD": policy.sku_field,
-            f"{P}QUANTITY_FIELD": policy.quantity_field, f"{P}MAX_EVENT_BYTES": str(policy.max_event_bytes),
-            f"{P}DEAD_LETTER_URL": self.dead_letters.url,
-            # the event shape, only when set: an unset shape keeps the version 1 message
-            **({f"{P}AGGREGATE": policy.aggregate} if policy.aggregate is not None else {}),
-            **({f"{P}MEMBER_PAYLOAD": policy.member_payload} if policy.member_payload != "none" else {}),
-            **({f"{P}EVENT_TIME_FIELD": policy.event_time_field} if policy.event_time_field is not None else {}),
-        }
+        dead_letter = {f"{P}DEAD_LETTER_URL": self.dead_letters.url}
         net = self.network
         kafka_cidr = (config.msk.broker_cidr or config.network.vpc_cidr) if isinstance(config.sink, KafkaSinkConfig) else None
 
@@ -73,7 +65,7 @@ class ConsolidatorStack(Stack):
             "ingest", description="MSK records -> MySQL buffer (partial batch failures)",
             timeout=Duration.seconds(fn.ingest_timeout_seconds), memory_mb=fn.ingest_memory_mb,
             security_group=ingest_group,
-            environment={**fields, **self._database_user("ingest"), **self.value_format.function_environment()},
+            environment={**dead_letter, **self._database_user("ingest"), **self.value_format.function_environment()},
         )
         self.value_format.grant(self.ingest, ingest_group, config.network.vpc_cidr)
         self.flush = self.functions.build(
@@ -82,32 +74,19 @@ class ConsolidatorStack(Stack):
             security_group=net.function_group("Flush", database=True, cache=True, kafka_cidr=kafka_cidr),
             reserved_concurrency=1,
             environment={
-                **fields, **self._database_user("flush"),
+                **dead_letter, **self._database_user("flush"),
                 f"{P}REDIS_URL": self.cache.url,
                 f"{P}REDIS_AUTH_SECRET_ARN": self.cache.auth_secret.secret_arn,
                 f"{P}SINK_URL": config.sink_url(),
-                f"{P}DEBOUNCE_SECONDS": str(policy.debounce_seconds),
-                f"{P}HARD_WINDOW_SECONDS": str(policy.hard_window_seconds),
-                f"{P}MAX_BATCH_SIZE": str(policy.max_batch_size),
-                f"{P}TICK_INTERVAL_SECONDS": str(policy.tick_interval_seconds),
-                f"{P}MAX_ATTEMPTS": str(policy.max_attempts),
-                f"{P}MAX_ROWS_PER_TICK": str(policy.max_rows_per_tick),
-                f"{P}RATE_LIMIT_BATCHES": str(policy.rate_limit_batches),
-                f"{P}RATE_LIMIT_PERIOD_SECONDS": str(policy.rate_limit_period_seconds),
-                f"{P}EVENT_TTL_SECONDS": str(policy.event_ttl_seconds),
                 f"{P}LOCK_TTL_SECONDS": str(fn.flush_timeout_seconds),
                 **({f"{P}COMPLETION_TRACKING": "true"} if config.completion else {}),
             },
         )
-        partitions = {
-            f"{P}RETENTION_MONTHS": str(policy.retention_months),
-            f"{P}PARTITIONS_AHEAD": str(policy.partitions_ahead),
-        }
         self.cleanup = self.functions.build(
             "cleanup", description="Monthly partitions: create ahead, drop old fully sent ones",
             timeout=Duration.seconds(fn.cleanup_timeout_seconds), memory_mb=256,
             security_group=net.function_group("Cleanup", database=True, cache=False, kafka_cidr=None),
-            environment={**partitions, **self._database_user("cleanup"),
+            environment={**self._database_user("cleanup"),
                          **({f"{P}COMPLETION_MAX_AGE_SECONDS": str(config.completion.max_age_days * 86_400)}
                                           if config.completion else {})},
         )
@@ -115,7 +94,7 @@ class ConsolidatorStack(Stack):
             "migrate", description="Applies schema migrations on deploy (CDK trigger)",
             timeout=Duration.minutes(5), memory_mb=256,
             security_group=net.function_group("Migrate", database=True, cache=False, kafka_cidr=None),
-            environment={**partitions, f"{P}DATABASE_SECRET_ARN": self.database.secret.secret_arn},
+            environment={f"{P}DATABASE_SECRET_ARN": self.database.secret.secret_arn},
         )
 
         # Grants where the pieces meet: each function gets exactly what it uses. Network access

@@ -21,7 +21,7 @@ from tests.deploy.manifests import (
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="dev extra not installed")
 
-# The oldest Kubernetes the manifests are written for (docs/container.md) and the newest the
+# The oldest Kubernetes the manifests are written for (docs/guide/container.md) and the newest the
 # validator knows.
 OLDEST_KUBERNETES = "1.25"
 

@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.infra
 
-# target; Lambda's hard limit is 250 MB unzipped. The registry formats (issue 23) brought it from
+# target; Lambda's hard limit is 250 MB unzipped. The registry formats brought it from
 # about 30 to 66 MB: fastavro (14 MB) and cryptography (14 MB, the Confluent registry client's auth)
 LIMIT_BYTES = 80 * 1024 * 1024
 

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infra"))
 
-from consolidator_infra.config import ConfigError, load_environment
+from consolidator_infra.config import POLICY_SETTINGS, ConfigError, load_environment
 
 from consolidator.settings import load_settings, unknown_variables
 
@@ -23,7 +23,7 @@ def test_every_function_environment_loads_as_its_runtime_settings(env):
     from consolidator_infra.functions import DEPLOY_TIME_PLACEHOLDERS, RUNTIME_SETTINGS
 
     policy = env.config.policy
-    loaded = {}
+    loaded, environments = {}, {}
     for resource in env.resources("AWS::Lambda::Function").values():
         variables = resource["Properties"].get("Environment", {}).get("Variables", {})
         name = variables.get("POWERTOOLS_SERVICE_NAME", "").removeprefix("consolidator-")
@@ -33,13 +33,16 @@ def test_every_function_environment_loads_as_its_runtime_settings(env):
         environ = {k: v if isinstance(v, str) else DEPLOY_TIME_PLACEHOLDERS[k] for k, v in variables.items()}
         assert unknown_variables(environ) == []
         loaded[name] = load_settings(RUNTIME_SETTINGS[name], environ=environ)
+        environments[name] = environ
     expected = {"ingest", "flush", "cleanup", "migrate"} | ({"acks"} if env.config.completion else set())
     assert set(loaded) == expected
     flush = loaded["flush"]
-    for setting in ("debounce_seconds", "hard_window_seconds", "max_batch_size", "tick_interval_seconds",
-                    "max_attempts", "max_rows_per_tick", "rate_limit_batches", "rate_limit_period_seconds",
-                    "event_ttl_seconds", "sku_field", "quantity_field", "max_event_bytes"):
-        assert getattr(flush, setting) == getattr(policy, setting), setting
+    for name, settings in loaded.items():  # every deployed setting reaches each function that declares it
+        for setting in POLICY_SETTINGS:
+            if setting in RUNTIME_SETTINGS[name].model_fields and getattr(policy, setting) is not None:
+                assert f"CONSOLIDATOR_{setting.upper()}" in environments[name], (name, setting)
+                assert getattr(settings, setting) == getattr(policy, setting), (name, setting)
+    assert {s for model in RUNTIME_SETTINGS.values() for s in model.model_fields} >= set(POLICY_SETTINGS)
     assert loaded["ingest"].field_names() == flush.field_names()
     assert loaded["cleanup"].retention_months == policy.retention_months
     assert flush.environment == env.config.name

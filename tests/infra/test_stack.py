@@ -315,6 +315,31 @@ def test_dashboard_labels_every_series_shows_thresholds_and_alarm_states(env):
     assert "Event-to-publish latency (seconds)" in titles and "Oldest PENDING event (seconds)" in titles
 
 
+def test_the_dashboard_draws_the_panel_list_the_grafana_dashboard_draws(env):
+    """The product graphs are the one panel list (consolidator.services.panels): each panel with a
+    series the functions record, under its title, each such series under its label, its metric
+    and its statistic; latency percentiles of the EMF metric, shown in seconds."""
+    from consolidator.services.panels import CLOUDWATCH_STATS, PANELS
+
+    body = _only(env.resources("AWS::CloudWatch::Dashboard"))["DashboardBody"]
+    rendered = json.loads("".join(part if isinstance(part, str) else "0" for part in body["Fn::Join"][1]))
+    graphs = {w["properties"]["title"]: w["properties"] for w in rendered["widgets"] if w["type"] == "metric"}
+    for panel in PANELS:
+        drawn = [s for s in (*panel.left, *panel.right) if s.on_functions]
+        if not drawn:
+            assert panel.title not in graphs
+            continue
+        series = graphs[panel.title]["metrics"]
+        for wanted in drawn:
+            found = [m for m in series if wanted.metric in m and isinstance(m[-1], dict)  # Average: the default
+                     and m[-1].get("stat", "Average") == CLOUDWATCH_STATS[wanted.stat]]
+            assert found, (panel.title, wanted)
+            labels = [m[-1].get("label") for m in series if isinstance(m[-1], dict)]
+            assert wanted.label in labels, (panel.title, wanted.label, labels)
+    latency = json.dumps(graphs["Event-to-publish latency (seconds)"]["metrics"])
+    assert '"stat": "p99"' in latency and "/ 1000" in latency
+
+
 def test_cdk_nag_has_no_unsuppressed_finding(env):
     annotations = Annotations.from_stack(env.stack)
     errors = annotations.find_error("*", Match.string_like_regexp("AwsSolutions-.*"))

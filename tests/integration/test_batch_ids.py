@@ -1,4 +1,4 @@
-"""Batch ids never collide (issue 26, point 7): after a topic is recreated and its offsets reset,
+"""Batch ids never collide: after a topic is recreated and its offsets reset,
 new claims at an old batch's positions get new ids; a claim whose id is taken anyway is counted
 and logged at ERROR with the id and the group, never a silent failure on every tick."""
 

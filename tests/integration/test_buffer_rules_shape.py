@@ -1,4 +1,4 @@
-"""The streaming job's own step against the Lambda path, for any event shape (issue 22).
+"""The streaming job's own step against the Lambda path, for any event shape.
 
 Next to ``test_buffer_rules.py`` (whose database, sink and policies it shares): a random spec
 (``random_shapes.random_shape``: aggregation outputs and member payloads) or the default shape, a
@@ -252,7 +252,7 @@ def test_random_and_edge_numbers_give_the_same_batches_and_poison_on_both_engine
 
 
 def _poison_by_the_contract(specs, full: bool, paths, v: str, w: str, lines: list[tuple[str, str]]) -> bool:
-    """docs/events.md, "Numbers", from the literals alone: an integer literal outside int64 where
+    """docs/guide/events.md, "Numbers", from the literals alone: an integer literal outside int64 where
     an output reads a number, beyond 64 bits where the shape keeps any value, a group of
     ``lines`` whose sum alone leaves int64 or the double range."""
     def integer(text: str) -> int | None:

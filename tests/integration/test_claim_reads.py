@@ -1,4 +1,4 @@
-"""A claim the byte cap splits reads each of its rows once (issue 26, point 6): the rows read
+"""A claim the byte cap splits reads each of its rows once: the rows read
 with their items grow linearly with the claim, not quadratically, and the batches are the ones
 :func:`consolidator.rules.batch.split_to_fit` makes of the whole claim."""
 
@@ -101,3 +101,27 @@ def _claim_order(store):
                     " merged_events, record_ts_ms FROM buffer_rows WHERE group_key = 'WH-1'"
                     " ORDER BY first_seen_ms, pos_key")
         return [_member(r) for r in cur.fetchall()]
+
+
+def test_a_split_claim_continues_in_claim_order_across_topics_and_partitions(store, clock, tmp_path):
+    """Rows of one group from several topics (one a prefix of another, one not ASCII) and
+    partitions: their claim order is first seen, then position key; the pages of a split claim
+    continue after the last row read (here a row of the non-ASCII topic), each row taken once,
+    in that order."""
+    n, cap = 36, 4 * KIB
+    places = [(topic, partition) for topic in ("ördérs", "a", "a-b") for partition in (0, 7, 2**31 - 1)]
+    records = [record(10**(3 * (i // len(places))) + i, location="WH-1", order=f"O{i}", key=b"WH-1", topic=topic,
+                      partition=partition, items=tuple((f"SKU-{i}-{k:03d}", 1) for k in range(40)))
+               for i, (topic, partition) in enumerate(places * (n // len(places)))]
+    policy = Policy(POLICY.debounce_ms, POLICY.hard_window_ms, max_batch_size=n,
+                    tick_interval_ms=POLICY.tick_interval_ms, max_batch_bytes=cap)
+    first = [r for r in records if r.topic == "ördérs"]
+    assert ingest(store, clock, first) == len(first)  # first seen first: the claim's first page is theirs
+    clock.advance(1000)
+    assert ingest(store, clock, [r for r in records if r.topic != "ördérs"]) == n - len(first)
+    sink = RecordingSink(tmp_path / "out.jsonl")
+    expected = split_to_fit("WH-1", _claim_order(store), FlushReason.FULL, clock.now_ms(), cap)
+    make_service(store, sink, clock, tmp_path, policy=policy).tick()
+    assert [[(p["topic"], p["partition"], p["offset"]) for p in m["members"]] for m in sink.messages()] == [
+        sorted(tuple(m.position) for m in batch) for batch in expected]
+    assert len(expected) > 3 and store.row_counts() == {"SENT": n}

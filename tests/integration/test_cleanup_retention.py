@@ -1,4 +1,4 @@
-"""Cleanup prunes the bookkeeping its partitions leave behind (issue 26, point 10): ``batches``
+"""Cleanup prunes the bookkeeping its partitions leave behind: ``batches``
 rows whose member rows all went with their partitions, and idle rate states; never a CLAIMED
 batch, a DEAD one with live rows, or a rate state still inside its window."""
 

@@ -42,7 +42,7 @@ def test_batch_status_ack_and_list_incomplete(env, store, tmp_path):  # noqa: F8
 
 
 def test_batch_show_and_list_any_batch_with_its_members_and_filters(env, store, tmp_path):  # noqa: F811
-    """``batch show`` and ``batch list`` (issue 22): untracked batches too, members with item id,
+    """``batch show`` and ``batch list``: untracked batches too, members with item id,
     position and the newest event their row keeps; filters by state, group and claim time."""
     import orjson
 

@@ -1,4 +1,4 @@
-"""Every input checked at the CLI's edge (issue 25, point 6): bad counts and durations, sink and
+"""Every input checked at the CLI's edge: bad counts and durations, sink and
 database URL options, conflicting flush flags, batch ids, a missing database. Bad input exits 2
 with one line naming the value and the allowed range; an unknown or malformed batch id exits 1,
 with a JSON error document under ``--json``."""

@@ -1,4 +1,4 @@
-"""``consolidator ingest --file``: a local file through the real ingest service (issue 25)."""
+"""``consolidator ingest --file``: a local file through the real ingest service."""
 
 from __future__ import annotations
 

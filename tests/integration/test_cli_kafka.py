@@ -1,4 +1,4 @@
-"""``consolidator kafka serve`` / ``kafka produce``: a local Kafka to try things on (issue 25)."""
+"""``consolidator kafka serve`` / ``kafka produce``: a local Kafka to try things on."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Acks against real MariaDB (issue 26, points 3 and 4): only a batch's recipients can
+"""Acks against real MariaDB: only a batch's recipients can
 acknowledge it, refusals are final and counted once, the completion is published after the
 commit from stored bytes, and one bad ack fails alone."""
 

@@ -1,4 +1,4 @@
-"""Every dead-letter entry fits its destination and is settled on its own (issue 26, point 5).
+"""Every dead-letter entry fits its destination and is settled on its own.
 
 SQS on moto accepts messages of any size, so the client here refuses what SQS refuses: a
 SendMessageBatch call over 256 KiB (``BatchRequestTooLong``, the whole call fails)."""

@@ -1,6 +1,6 @@
-"""The worked examples of docs/events.md, each run end to end as a user would: its settings file
+"""The worked examples of docs/guide/events.md, each run end to end as a user would: its settings file
 and its input through ``consolidator ingest --file`` and ``consolidator flush --once`` on the
-real database, the batches read from the file sink (issue 22)."""
+real database, the batches read from the file sink."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def example(store, database_url, tmp_path, monkeypatch):
 
 
 def test_latest_event_per_user_per_tenant(example):
-    """The new user's path end to end (issue 25): a tenant-shaped JSON-lines file through
+    """The new user's path end to end: a tenant-shaped JSON-lines file through
     ``ingest --file`` and ``flush --once``, then ``batch show`` of what was published."""
     batches, dead, env = example("latest-per-user")
     by_tenant = {m["group_key"]: m for m in batches}
@@ -103,13 +103,13 @@ def test_the_orders_reference(example):
 
 
 def doc_commands() -> list[str]:
-    """The shell commands of docs/events.md's Examples section (its one code block)."""
-    section = (ROOT / "docs" / "events.md").read_text().split("## Examples", 1)[1]
+    """The shell commands of docs/guide/events.md's Examples section (its one code block)."""
+    section = (ROOT / "docs" / "guide" / "events.md").read_text().split("## Examples", 1)[1]
     return section.split("```\n", 2)[1].strip().splitlines()
 
 
 def test_the_doc_commands_run_as_written_for_every_example_on_one_database(tmp_path):
-    """docs/events.md's commands, as a user types them from the root of a clean clone after
+    """docs/guide/events.md's commands, as a user types them from the root of a clean clone after
     `make setup` (the examples and the .venv, nothing else): for each example in turn (its name
     in place of `sensors`), on one new database that `db migrate --create` makes, with no
     CONSOLIDATOR_* variable beforehand. Every command succeeds, no example's lines are taken

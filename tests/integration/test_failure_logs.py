@@ -1,4 +1,4 @@
-"""Failures say which batch (issue 25 point 7): one log line with the batch id, group, attempt
+"""Failures say which batch: one log line with the batch id, group, attempt
 and the sink's error; librdkafka's own lines through the Python logger, not raw stderr."""
 
 from __future__ import annotations

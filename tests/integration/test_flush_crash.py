@@ -130,3 +130,4 @@ def test_rejected_publishes_still_count_after_a_crash(store, clock, tmp_path):
     second = service.tick()
     assert second.publish_failures == 1 and second.dead == 1
     assert store.batch_counts() == {"DEAD": 1}
+

@@ -67,8 +67,24 @@ def test_handler_ticks_until_the_invocation_ends_and_publishes_due_groups(flush_
     assert store.row_counts() == {"SENT": 6}
     logs = capsys.readouterr().out
     assert '"BatchesFlushed"' in logs, "Powertools metrics are emitted (EMF)"
+    assert_emf_is_the_catalogue(logs, {"BatchesFlushed", "EventToPublishLatency", "OldestPendingAge"})
     published_logs = [r for r in records if r.getMessage() == "batch published"]
     assert sorted(r.batch_id for r in published_logs) == sorted(m["batch_id"] for m in messages)
+
+
+def assert_emf_is_the_catalogue(output: str, expected: set[str]) -> None:
+    """Every metric in the EMF lines of ``output`` is in the one list of metrics under the same
+    name and unit (so the worker's ``/metrics`` serves it as the same metric), among them ``expected``."""
+    from consolidator.services.metrics import BY_NAME
+
+    emitted = {}
+    for line in output.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            for directive in json.loads(line)["_aws"]["CloudWatchMetrics"]:
+                emitted |= {m["Name"]: m["Unit"] for m in directive["Metrics"]}
+    assert expected <= set(emitted), emitted
+    assert {name: unit for name, unit in emitted.items()
+            if name not in BY_NAME or BY_NAME[name].unit != unit} == {}, "EMF metrics not in METRICS as emitted"
 
 
 def test_handler_names_the_bad_variable(flush_env, monkeypatch):

@@ -1,4 +1,4 @@
-"""The event shape on the Lambda path (issue 22): real MariaDB, ingest then flush, every option
+"""The event shape on the Lambda path: real MariaDB, ingest then flush, every option
 combination (shape, member payload, completion tracking, rate limit) under a small byte cap."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every example of docs/events.md, "Numbers", as the page writes it (``numbers_doc`` reads the
+"""Every example of docs/guide/events.md, "Numbers", as the page writes it (``numbers_doc`` reads the
 table): through the real ingest Lambda handler, on its pipelined path and on its exact path (a
 poison neighbour in the same invocation), then the flush; and through the streaming job's step
 beside the Lambda path, which must give the same bytes. Integers are classified by their literal

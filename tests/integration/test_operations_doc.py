@@ -1,5 +1,5 @@
-"""docs/operations.md runs: every ``$ consolidator ...`` line of its console examples is run, in
-the order of the page, against a fresh database (issue 25, point 8), and each documented output
+"""docs/guide/operations.md runs: every ``$ consolidator ...`` line of its console examples is run, in
+the order of the page, against a fresh database, and each documented output
 line must have the shape of a line the command printed: numbers, batch ids and spacing aside,
 the same words; a documented JSON document must have the same keys; a documented ``echo $?``
 must be the exit code. A line that cannot run here is listed in SKIPPED with the reason."""
@@ -18,7 +18,8 @@ import pytest
 from test_cli import env  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "operations.md"
+DOC = ROOT / "docs" / "guide" / "operations.md"
+QUICKSTART = ROOT / "docs" / "guide" / "quickstart.md"
 REDIS_DB13 = "redis://127.0.0.1:6379/13"
 
 # Documented commands that do not run in this test, and why (matched by prefix).
@@ -115,10 +116,10 @@ def _fixed_from_dead_letter(workdir: Path) -> None:
     (workdir / "fixed.jsonl").write_text("".join(json.dumps(e) + "\n" for e in fixed))
 
 
-@pytest.mark.parametrize("doc", [DOC, ROOT / "README.md"], ids=["docs/operations.md", "README.md"])
+@pytest.mark.parametrize("doc", [DOC, QUICKSTART], ids=["docs/guide/operations.md", "docs/guide/quickstart.md"])
 def test_every_documented_command_prints_what_the_page_shows(env, tmp_path, doc):  # noqa: F811
-    """docs/operations.md starts from an empty environment (its first example is the error
-    without a database) and exports the database; the README's example follows its set-up,
+    """docs/guide/operations.md starts from an empty environment (its first example is the error
+    without a database) and exports the database; the quick start's example follows its set-up,
     which exported the database and migrated it."""
     database_url = env["CONSOLIDATOR_DATABASE_URL"]
     _seed(tmp_path)

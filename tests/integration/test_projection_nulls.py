@@ -1,4 +1,4 @@
-"""A member payload that is a list of paths keeps an explicit null as null (docs/events.md): an
+"""A member payload that is a list of paths keeps an explicit null as null (docs/guide/events.md): an
 absent path, or one through a value that is not an object, is left out. Through the real ingest
 Lambda handler and the flush, and the same bytes on the streaming job's step."""
 

@@ -1,4 +1,4 @@
-"""Every group key ingest can store is accepted by the SQS sink (issue 26, point 9).
+"""Every group key ingest can store is accepted by the SQS sink.
 
 moto does not enforce SQS's character rules, so every message the sink sends is checked against
 them with the sink's own statement of the rules (``consolidator.sinks.sqs_text``), which is

@@ -1,6 +1,6 @@
 """Any event shape, two engines: random aggregation specs and member payloads over random
 histories give identical batches (same ids, same bytes) on the serverless path (real ingest and
-flush services on MariaDB) and in the Spark replay (issue 22)."""
+flush services on MariaDB) and in the Spark replay."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_random_shapes_and_histories_give_identical_batches_on_both_engines(spar
 
 @pytest.mark.parametrize("plain", [False, True])
 def test_the_numbers_examples_and_edge_numbers_give_identical_batches_on_both_engines(spark, store, tmp_path, plain):
-    """Every example of docs/events.md, "Numbers" (``numbers_doc`` reads the table), each in its
+    """Every example of docs/guide/events.md, "Numbers" (``numbers_doc`` reads the table), each in its
     own group, and random edge numbers as literals: the serverless path and the Spark replay (the
     columnar simulation where ``plain``) give the same bytes and the same poison, and each
     example's totals are the page's."""

@@ -1,4 +1,4 @@
-"""``consolidator spark stream`` stops cleanly (issue 25, point 5): on SIGTERM to its process,
+"""``consolidator spark stream`` stops cleanly: on SIGTERM to its process,
 or Ctrl-C (SIGINT to its whole process group, the JVM included), after its current micro-batch,
 exit 0, with one line naming the offsets it stopped at, and no error or JVM trace."""
 

@@ -267,7 +267,7 @@ def test_a_restart_under_another_kind_of_policy_keeps_the_pending_rows(spark, ka
 
 
 def test_a_generic_shape_streams_version_2_batches_with_each_members_event(spark, kafka, tmp_path):
-    """Issue 22: the streaming job decodes with the shape of its field names and builds the
+    """The streaming job decodes with the shape of its field names and builds the
     version 2 message as the flush does (members with item id and event, aggregates)."""
     from consolidator.rules.events import FieldNames
     from consolidator.rules.shape import Shape, parse_outputs

@@ -1,4 +1,4 @@
-"""The streaming job on the local sources of issue 25: the Kafka of ``consolidator kafka serve``
+"""The streaming job on its local sources: the Kafka of ``consolidator kafka serve``
 (a separate process, fed by ``consolidator kafka produce``) and a directory of record files."""
 
 from __future__ import annotations

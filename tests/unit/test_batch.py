@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import jsonschema
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from consolidator.rules.batch import (
     Member,
@@ -32,8 +35,28 @@ def test_batch_id_is_deterministic_and_order_independent():
     assert batch_id("WH-1", a) != batch_id("WH-1", a[:1])
 
 
+_TOPICS = st.sampled_from(["orders", "ördérs", "t", "", "a\x00b", "\U0001f600", "x:1"])
+
+
+def _field(text: str) -> bytes:
+    data = text.encode()
+    return b"%d:%b" % (len(data), data)
+
+
+@given(st.text(max_size=8), st.sampled_from(["batch", "expired"]),
+       st.lists(st.builds(SourcePosition, _TOPICS, st.integers(-2, 3), st.integers(-2**63, 2**63 - 1)), max_size=30),
+       st.dictionaries(_TOPICS, st.integers(0, 3)))
+def test_the_batch_id_hashes_each_sorted_position_as_four_length_prefixed_fields(group_key, kind, positions, epochs):
+    """The id's text as the docstring defines it, field by field: however the id is computed,
+    any position of any partition, topic or epoch gets this id."""
+    text = b"consolidator-batch-v2" + _field(kind) + _field(group_key) + b"".join(
+        _field(topic) + _field(str(epochs.get(topic, 0))) + _field(str(partition)) + _field(str(offset))
+        for topic, partition, offset in sorted(positions))
+    assert batch_id(group_key, positions, epochs, kind) == hashlib.sha256(text).hexdigest()[:32]
+
+
 def test_batch_ids_of_different_inputs_differ_whatever_the_group_key_holds():
-    """Issue 26 point 7: the v1 input joined fields with tabs and newlines, which a group key may
+    """The v1 input joined fields with tabs and newlines, which a group key may
     hold, so a group key could swallow a member's position line and take another batch's id."""
     orders = [SourcePosition("orders", 0, 5), SourcePosition("orders", 0, 6)]
     assert batch_id("G", orders) != batch_id("G\norders\t0\t5", orders[1:])

@@ -75,7 +75,41 @@ def test_cost_model_follows_the_measured_figures_and_finds_where_spark_is_cheape
     # a faster stream carries more per executor, so its cost per event falls with the rate
     assert cost.model(m, 40_000)["spark_path"] == c["spark_path"] / 2
     page = capacity.render([INGEST], [FLUSH], ["x"], stream=[{"events_per_s_per_core": 20_000}])
-    assert f"**The Spark path is cheaper above {cross:,.0f} events/s sustained.**" in page
+    assert f"**The Spark path is cheaper than the Lambda path above {cross:,.0f} events/s sustained**" in page
     assert cost.PRICES_DATE in page
     no_stream = capacity.render([INGEST], [FLUSH], ["x"])
-    assert "**The Spark path is cheaper above n/a events/s sustained.**" in no_stream
+    assert "**The Spark path is cheaper than the Lambda path at no sustained rate" in no_stream
+
+
+WORKER = {"worker_records_per_s": 10_000, "ratio_vs_direct": 0.9, "rss_peak_mb": 130.0, "load_average": [0.8, 1, 1]}
+
+
+def test_the_worker_costs_its_tasks_at_fargate_prices_plus_the_database():
+    """A task's seconds per event are the ingest at the worker's rate and the flush at the flusher's;
+    the tasks run at the headroom's load and the database costs what it costs the Lambda path."""
+    capacity = load_capacity()
+    import cost
+
+    m = capacity.model([INGEST], [FLUSH])
+    c = cost.model(m, 20_000, worker_records_per_s=10_000)
+    task_s = 1 / 10_000 + 1 / 16_000  # the slower sink's flush, as for the Lambda flusher
+    task_h = cost.PRICES["fargate_vcpu_h"] * cost.WORKER_TASK[0] + cost.PRICES["fargate_gb_h"] * cost.WORKER_TASK[1]
+    assert abs(c["worker_tasks"] - task_s * 1e6 / 3600 * task_h / cost.HEADROOM) < 1e-12
+    assert c["worker_path"] == c["worker_tasks"] + c["aurora_compute"]
+    assert c["worker_events_per_s_per_task"] == cost.HEADROOM / task_s
+    # a task more for every task's load; at least one task all month
+    one = cost.monthly(c, 100, "worker")
+    assert abs(one - (c["worker_fixed_month"] + task_h * cost.HOURS_PER_MONTH
+                      + 100 * cost.SECONDS_PER_MONTH / 1e6 * c["aurora_compute"])) < 1e-6
+    for cheaper, than, key in (("worker", "lambda", "crossover_worker_lambda"), ("spark", "worker", "crossover_spark_worker")):
+        cross = c[key]
+        if cross is not None:
+            assert cost.monthly(c, cross, cheaper) < cost.monthly(c, cross, than)
+            assert cross == 100 or cost.monthly(c, cross - 100, cheaper) >= cost.monthly(c, cross - 100, than)
+    page = capacity.render([INGEST], [FLUSH], ["x"], stream=[{"events_per_s_per_core": 20_000}], worker=[WORKER])
+    assert "| worker on Fargate a month |" in page and cost.FARGATE_PRICES_DATE in page
+    assert "| 10,000 records/s |" in page and "under load" not in page
+    loaded = capacity.render([INGEST], [FLUSH], ["x"], worker=[{**WORKER, "load_average": [12.1, 13, 8]}])
+    assert "10,000 records/s (under load: load average 12 on 2 cores; replace with quiet runs)" in loaded
+    no_worker = capacity.render([INGEST], [FLUSH], ["x"])
+    assert "| 1,000 | $" in no_worker and "n/a |" in no_worker

@@ -114,7 +114,7 @@ def test_an_empty_table_stores_nothing():
 
 
 def generic(batches) -> list:
-    """The history with each event's items replaced by what a generic shape keeps (issue 22)."""
+    """The history with each event's items replaced by what a generic shape keeps."""
     from consolidator.rules.shape import EventView, stored_text
 
     return [(now, [(*e[:6], stored_text(EventView({"n": len(e[6]), "tags": [e[5], None], "x": {"y": 1.5}})))

@@ -122,3 +122,31 @@ def test_plan_batches_cuts_full_batches_oldest_first_while_rows_are_due():
     claims_later, left_later = plan_batches("WH-1", left, T0 + 10_000 + 300_000, policy)
     assert [(reason, len(batch)) for reason, batch in claims_later] == [(FlushReason.IDLE, 2)]
     assert left_later == []
+
+
+def test_next_due_names_the_reason_due_reason_gives_at_that_time_and_not_before():
+    """What ``status --watch`` shows (why and when each pending group becomes due) is the rule
+    itself: at the time :func:`next_due` gives, :func:`due_reason` gives its reason; a
+    millisecond earlier, no reason (``full`` excepted: due from its newest update)."""
+    import random
+
+    from consolidator.rules.policy import next_due
+
+    generator = random.Random(7)
+    policy = Policy(debounce_ms=300, hard_window_ms=1_000, max_batch_size=5, tick_interval_ms=30)
+    seen = set()
+    for _ in range(2_000):
+        oldest = T0 + generator.randrange(0, 2_000)
+        stats = GroupStats("G", pending=generator.randrange(0, 7), oldest_first_seen_ms=oldest,
+                           newest_update_ms=oldest + generator.randrange(0, 2_000))
+        found = next_due(stats, policy)
+        if stats.pending == 0:
+            assert found is None
+            continue
+        reason, at = found
+        seen.add(reason)
+        assert due_reason(stats, at, policy) is reason
+        if reason is not FlushReason.FULL:
+            assert due_reason(stats, at - 1, policy) is None
+        assert next_due_ms(stats, policy) == at
+    assert seen == set(FlushReason)

@@ -1,4 +1,4 @@
-"""The event shape (issue 22): spec validation, poison that follows the spec, the outputs and
+"""The event shape: spec validation, poison that follows the spec, the outputs and
 the version 2 message."""
 
 from __future__ import annotations

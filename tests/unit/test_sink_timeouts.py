@@ -1,4 +1,4 @@
-"""Every sink waits well below its function's timeout (issue 26 point 4): one rule derives the
+"""Every sink waits well below its function's timeout: one rule derives the
 sink timeout from the function's, and every sink kind honours it."""
 
 from __future__ import annotations

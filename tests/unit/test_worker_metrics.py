@@ -21,6 +21,11 @@ def test_counters_sum_gauges_keep_the_last_value_summaries_count_and_millisecond
     assert "consolidator_oldest_pending_age_seconds 1.5\n" in text
     assert "consolidator_event_to_publish_latency_seconds_sum 2.5\n" in text
     assert "consolidator_event_to_publish_latency_seconds_count 2\n" in text
+    assert "# TYPE consolidator_event_to_publish_latency_seconds histogram\n" in text
+    buckets = {line.split()[0]: line.split()[1] for line in text.splitlines() if "_bucket{" in line}
+    assert buckets['consolidator_event_to_publish_latency_seconds_bucket{le="1"}'] == "1"  # 0.5 s; cumulative
+    assert buckets['consolidator_event_to_publish_latency_seconds_bucket{le="5"}'] == "2"  # and 2 s
+    assert buckets['consolidator_event_to_publish_latency_seconds_bucket{le="+Inf"}'] == "2"
     assert "NotInTheCatalogue" not in text.lower() and "not_in_the_catalogue" not in text
 
 

@@ -47,13 +47,15 @@ def parse_metrics(text: str) -> dict[str, float]:
             assert current not in families, f"family {current} declared twice"
         elif line.startswith("# TYPE "):
             _, _, name, kind = line.split()
-            assert name == current and kind in ("counter", "gauge", "summary")
+            assert name == current and kind in ("counter", "gauge", "summary", "histogram")
             families[name] = kind
         else:
             match = SAMPLE.match(line)
             assert match, f"not a sample line: {line!r}"
             name = match.group(1)
-            family = name.removesuffix("_sum").removesuffix("_count") if families.get(current) == "summary" else name
+            family = name
+            if families.get(current) in ("summary", "histogram"):
+                family = name.removesuffix("_sum").removesuffix("_count").removesuffix("_bucket")
             assert family == current, f"{name} outside its family"
             key = name + (match.group(2) or "")
             assert key not in samples, f"{key} twice"
@@ -80,7 +82,11 @@ def test_health_readiness_and_metrics_of_a_running_worker(kafka, topic, worker_e
         assert (status, kind) == (200, "text/plain; version=0.0.4; charset=utf-8")
         samples = parse_metrics(text)
         known = {prometheus_name(m) for m in METRICS}
-        assert {re.sub(r"\{.*|_sum$|_count$", "", k) for k in samples} <= known
+        assert {re.sub(r"_sum$|_count$|_bucket$", "", re.sub(r"\{.*", "", k)) for k in samples} <= known
+        latency = "consolidator_event_to_publish_latency_seconds"  # a histogram: buckets, count, sum
+        assert f"# TYPE {latency} histogram" in text
+        assert samples[f'{latency}_bucket{{le="+Inf"}}'] == samples[f"{latency}_count"] >= 1
+        assert samples[f"{latency}_sum"] > 0
         assert samples["consolidator_records_ingested_total"] == 50
         assert samples["consolidator_batches_flushed_total"] >= 1
         lags = {k: v for k, v in samples.items() if k.startswith("consolidator_partition_lag{")}

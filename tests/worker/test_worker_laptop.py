@@ -1,4 +1,4 @@
-"""docs/worker.md's laptop run, as a user runs it: the example's settings file, ``kafka serve``,
+"""docs/guide/worker.md's laptop run, as a user runs it: the example's settings file, ``kafka serve``,
 ``worker`` and ``kafka produce`` as three processes; the sample's batches and poison come out,
 Ctrl-C stops the worker cleanly."""
 

@@ -8,12 +8,13 @@ print exactly one JSON document on stdout.
 
 from __future__ import annotations
 
-from consolidator.cli import demo, flush, status, worker  # noqa: F401 (they register their commands)
+from consolidator.cli import batch_find, demo, flush, status, worker  # noqa: F401 (they register their commands)
 from consolidator.cli import ingest as _ingest  # noqa: F401 (registers `ingest`)
 from consolidator.cli.base import app
 from consolidator.cli.batch import batch_app
 from consolidator.cli.db import db_app
 from consolidator.cli.dlq import dlq_app
+from consolidator.cli.docs import docs_app
 from consolidator.cli.kafka import kafka_app
 from consolidator.cli.limits import limits_app
 from consolidator.cli.offsets import offsets_app
@@ -22,6 +23,7 @@ from consolidator.cli.partitions import partitions_app
 app.add_typer(batch_app, name="batch")
 app.add_typer(db_app, name="db")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(docs_app, name="docs")
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(offsets_app, name="offsets")
 app.add_typer(limits_app, name="limits")

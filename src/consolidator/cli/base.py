@@ -141,7 +141,7 @@ class _Root(TyperGroup):
 ROOT_HELP = (
     "Operate the Consolidator buffer: db (schema), status, flush, ingest (a local file), kafka (a local"
     " Kafka), dlq (dead letters), batch (completion tracking), limits (rate limits), offsets (replay"
-    " marks), partitions, demo, worker (the long-running consumer service), spark (Spark jobs). Settings"
+    " marks), partitions, docs (generated pages: configuration, metrics, dashboards), demo, worker (the long-running consumer service), spark (Spark jobs). Settings"
     " come from CONSOLIDATOR_* variables: each command's --help names the ones it reads."
 )
 
@@ -160,7 +160,7 @@ def variables_help(models: dict[str, str]) -> str:
     that flag). Built from the models, so the help never drifts from what the command loads."""
     from consolidator import settings
 
-    paragraphs = ["Variables (defaults and bounds: the README's configuration table):"]
+    paragraphs = ["Variables (defaults and bounds: docs/reference/configuration.md):"]
     for mode, model_name in models.items():
         model = getattr(settings, model_name)
         fields = model.model_fields

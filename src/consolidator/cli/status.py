@@ -25,13 +25,28 @@ from consolidator.cli.partitions import cleanup_service, partition_rows, partiti
 from consolidator.rules.batch import iso_ms
 
 
-@app.command(cls=reads("CleanupSettings"))
+@app.command(cls=reads({"": "CleanupSettings", "with --watch": "FlushDryRunSettings"}))
 @guarded
 def status(
     as_json: JsonOption = False,
     limit: Annotated[int, typer.Option(parser=bounded(0, MAX_LIST, integer=True), help="Show at most this many groups and batches (0 to 100,000).")] = 50,
+    watch: Annotated[bool, typer.Option("--watch", help="Refresh a live view of what waits: pending groups by when they"
+                                        " flush and why, recent and dead batches (Ctrl-C stops).")] = False,
+    interval: Annotated[float, typer.Option(parser=bounded(0.1, 3600, " s"),
+                                            help="With --watch: seconds between refreshes (0.1 to 3,600).")] = 2.0,
+    count: Annotated[int, typer.Option(parser=bounded(0, 1_000_000, integer=True),
+                                       help="With --watch: stop after this many refreshes (0: until Ctrl-C).")] = 0,
 ) -> None:
-    """Pending rows and oldest age per group, throttled groups, claimed and dead batches, partitions."""
+    """Pending rows and oldest age per group, throttled groups, claimed and dead batches, partitions.
+    With --watch: refreshed in place on a terminal, a block of plain lines per refresh when piped
+    (one JSON document per line with --json); the flush settings' policy decides why and when
+    each group is due."""
+    if watch:
+        from consolidator.cli.status_watch import watch as watch_view
+
+        watch_view(load_settings("FlushDryRunSettings"), interval_s=interval, count=count, limit=limit,
+                   as_json=as_json)
+        return
     s = load_settings("CleanupSettings")
     store = store_for(s)
     now = wall_clock_ms()

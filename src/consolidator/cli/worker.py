@@ -1,4 +1,4 @@
-"""``consolidator worker``: the long-running consumer service (docs/worker.md)."""
+"""``consolidator worker``: the long-running consumer service (docs/guide/worker.md)."""
 
 from __future__ import annotations
 

@@ -76,9 +76,9 @@ class Member(NamedTuple):
 NO_EPOCHS: Mapping[str, int] = MappingProxyType({})  # every topic at epoch 0
 
 
-def _field(text: str) -> bytes:
-    data = text.encode()
-    return b"%d:%b" % (len(data), data)
+def _field(text: str) -> str:
+    """``text`` as a length-prefixed field, ``<bytes>:<text>``, the length that of its UTF-8 bytes."""
+    return f"{len(text.encode())}:{text}"
 
 
 def batch_id(group_key: str, positions: Iterable[SourcePosition], epochs: Mapping[str, int] = NO_EPOCHS,
@@ -86,11 +86,22 @@ def batch_id(group_key: str, positions: Iterable[SourcePosition], epochs: Mappin
     """128-bit hex id (v2) from the kind of record, the group key and the sorted member positions,
     each position with its topic's epoch (``epochs``, 0 when absent; ``consolidator offsets
     reset`` moves a topic's epoch). Every field is length-prefixed (``<bytes>:<UTF-8>``), so no
-    two different inputs give the same text, whatever characters a group key holds."""
-    parts = [b"consolidator-batch-v2", _field(kind), _field(group_key)]
+    two different inputs give the same text, whatever characters a group key holds.
+
+    The hashed text is ``consolidator-batch-v2``, the kind and the group key, then per position
+    its topic, epoch, partition and offset fields. Sorted positions of one partition come
+    together, so that partition's first three fields are formatted once for all of them (the
+    claim computes this id for every flushed row)."""
+    parts = ["consolidator-batch-v2", _field(kind), _field(group_key)]
+    append = parts.append
+    head, topic_of_head, partition_of_head = "", None, None
     for topic, partition, offset in sorted(positions):
-        parts += (_field(topic), _field(str(epochs.get(topic, 0))), _field(str(partition)), _field(str(offset)))
-    return hashlib.sha256(b"".join(parts)).hexdigest()[:32]
+        if partition != partition_of_head or topic != topic_of_head:
+            head = _field(topic) + _field(str(epochs.get(topic, 0))) + _field(str(partition))
+            topic_of_head, partition_of_head = topic, partition
+        digits = str(offset)
+        append(f"{head}{len(digits)}:{digits}")
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:32]
 
 
 def ack_token(ack_key: bytes, batch_id: str) -> str:

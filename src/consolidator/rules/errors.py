@@ -60,7 +60,7 @@ class LedgerNotDrained(StoreRefused):
     """``db migrate`` would retire the pre-schema-4 per-record ledger while it may still decide a
     record: a partition's ledger has a gap (a record Kafka may still re-deliver) at or below its
     ``ledger_high_water``. Nothing was written; the message names each partition and the check
-    that allows ``--ledger-drained`` (docs/operations.md)."""
+    that allows ``--ledger-drained`` (docs/guide/operations.md)."""
 
 
 class DeliveryError(ConsolidatorError):

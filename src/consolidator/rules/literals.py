@@ -3,7 +3,7 @@ with every integer exact.
 
 The JSON parser of the hot path (orjson) reads an integer literal outside -2**63 .. 2**64-1 as a
 double, so ``-9223372036854775809`` and ``-9.223372036854776e18`` come out alike. The contract
-classifies a number by its literal (docs/events.md, "Numbers"), so where such a double matters
+classifies a number by its literal (docs/guide/events.md, "Numbers"), so where such a double matters
 the text is consulted: cheaply first (:func:`may_hold_long_integers`: any such literal has 19
 digits or more; :func:`holds_a_double_past_int64`: the parser made a double of magnitude 2**63
 or more of it), then by its tokens (:func:`has_long_integer_literal`), and only then read again

@@ -264,13 +264,23 @@ def plan_group(
     return GroupPlan(claims, expired, remaining, rate)
 
 
-def next_due_ms(stats: GroupStats, policy: Policy) -> int | None:
-    """Earliest time at which the group becomes due if nothing else arrives (None when empty)."""
+def next_due(stats: GroupStats, policy: Policy) -> tuple[FlushReason, int] | None:
+    """Why and when the group first becomes due if nothing else arrives (None when empty):
+    :func:`due_reason` gives that reason at that time and None at every earlier one (``full``
+    is due from its newest update on)."""
     if stats.pending <= 0:
         return None
     if stats.pending >= policy.max_batch_size:
-        return stats.newest_update_ms
-    return min(stats.oldest_first_seen_ms + policy.hard_window_ms, stats.newest_update_ms + policy.debounce_ms)
+        return FlushReason.FULL, stats.newest_update_ms
+    hard = stats.oldest_first_seen_ms + policy.hard_window_ms
+    idle = stats.newest_update_ms + policy.debounce_ms
+    return (FlushReason.HARD_WINDOW, hard) if hard <= idle else (FlushReason.IDLE, idle)
+
+
+def next_due_ms(stats: GroupStats, policy: Policy) -> int | None:
+    """Earliest time at which the group becomes due if nothing else arrives (None when empty)."""
+    found = next_due(stats, policy)
+    return None if found is None else found[1]
 
 
 def next_tick_ms(at_ms: int, policy: Policy) -> int:

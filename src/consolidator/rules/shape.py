@@ -19,7 +19,7 @@ Guarantees:
 - **Poison follows the spec.** A path the shape reads may be absent (or null): the member
   contributes nothing. Present with the wrong type, it is poison (``bad_value``), the detail
   naming the path and the expected type. A field no output reads is never looked at.
-- **Numbers** (docs/events.md, "Numbers"). A number is classified by its literal: digits only
+- **Numbers** (docs/guide/events.md, "Numbers"). A number is classified by its literal: digits only
   is an integer, whatever its size (the JSON parser reads one beyond 64 bits as a double: such
   a literal is found in the text, :func:`retain_with_values`); a fraction or an exponent makes
   a double. Where an output reads a number, an integer outside signed 64 bits is poison;

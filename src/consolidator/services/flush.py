@@ -86,7 +86,7 @@ class FlushService:
     lock: RedisLock | None = None
     publish_chunk: int = 20  # batches handed to the sink per call
     safety_margin_ms: int = 5_000  # no new claim when less time than this remains
-    completion_tracking: bool = False  # seal batches before their first publish (issue 12)
+    completion_tracking: bool = False  # seal batches before their first publish
     _epochs: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # topic epochs, this tick
     _ack_key: bytes | None = field(default=None, init=False, repr=False)  # read once, never logged
 

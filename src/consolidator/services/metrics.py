@@ -5,7 +5,8 @@ registry; the CLI, tests and Spark pass nothing and get :class:`NoMetrics`).
 :data:`METRICS` is the one list of every metric: its name as the services record it (the EMF
 name in CloudWatch), its unit, kind and meaning, and which part records it. The worker's
 ``/metrics`` serves them under :func:`prometheus_name` (Prometheus' conventions: snake case,
-base unit seconds, ``_total`` on counters); a test keeps the list complete.
+base unit seconds, ``_total`` on counters); a test keeps the list complete, and
+``docs/reference/metrics.md`` is generated from it (``make docs``).
 """
 
 from __future__ import annotations
@@ -28,17 +29,27 @@ class NoMetrics:
         pass
 
 
-Kind = Literal["counter", "gauge", "summary"]
+Kind = Literal["counter", "gauge", "summary", "histogram"]
+# Upper bounds (seconds) of the latency histogram's buckets: around the default tick (30 s),
+# debounce (300 s) and hard window (1800 s); Prometheus adds +Inf.
+LATENCY_BUCKETS_S = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 2700.0, 3600.0, 7200.0)
 
 
 @dataclass(frozen=True)
 class Metric:
     name: str  # as recorded (EMF, CloudWatch)
     unit: Literal["Count", "Milliseconds", "Seconds"]
-    kind: Kind  # counter: a sum of what is recorded; gauge: the last value; summary: count and sum
+    # counter: a sum of what is recorded; gauge: the last value; summary: count and sum; histogram:
+    # count, sum and counts per bucket on Prometheus (CloudWatch keeps every value: percentiles)
+    kind: Kind
     source: Literal["ingest", "flush", "acks", "cleanup", "worker"]
     help: str
     labels: tuple[str, ...] = ()  # a worker series per label set (topic, partition)
+    buckets: tuple[float, ...] = ()  # a histogram's bucket upper bounds, in seconds
+
+
+def _h(name, unit, source, text, buckets) -> Metric:
+    return Metric(name, unit, "histogram", source, text, (), buckets)
 
 
 def _m(name, unit, kind, source, text, labels=()) -> Metric:
@@ -66,8 +77,8 @@ METRICS: tuple[Metric, ...] = (
                                                                 " window"),
     _m("BatchesFlushedFull", "Count", "counter", "flush", "batches published because their group was full"),
     _m("BatchSize", "Count", "summary", "flush", "members per published batch"),
-    _m("EventToPublishLatency", "Milliseconds", "summary", "flush", "from a batch's oldest member first seen to"
-                                                                    " its publish"),
+    _h("EventToPublishLatency", "Milliseconds", "flush", "from a batch's oldest member first seen to its publish",
+       LATENCY_BUCKETS_S),
     _m("PublishFailures", "Count", "counter", "flush", "publishes the sink refused (the batch stays CLAIMED)"),
     _m("BatchBuildFailures", "Count", "counter", "flush", "batches whose message or rows could not be built (a"
                                                           " failed attempt of that batch only)"),

@@ -41,6 +41,32 @@ KafkaTopic = Annotated[str, AfterValidator(_check_topic)]
 SECRET = {"secret": True}
 
 
+# Where a setting reaches besides its variable, declared with it (keys of its Field's
+# json_schema_extra, set by :func:`reaches`, read by :func:`reach`):
+# - ``deployed``: the CDK environment files' ``policy`` section carries it, and the stack passes it
+#   to every function whose handler's model declares it (consolidator_infra.config);
+# - ``spark``: the ``consolidator spark`` commands that take it as an option, ``--`` + its name
+#   with dashes unless ``option`` names it otherwise (consolidator.cli.spark.options);
+# - ``grid``: ``spark replay`` takes comma-separated candidates of it (one policy each).
+SPARK_COMMANDS = ("stream", "replay")  # the commands that run a policy
+_SPARK = (*SPARK_COMMANDS, "emr-submit")
+
+
+def reaches(*, deployed: bool = False, spark: tuple[str, ...] = (), grid: bool = False,
+            option: str | None = None, **extra: object) -> dict[str, object]:
+    """The ``json_schema_extra`` of a setting that reaches further than its variable (see above)."""
+    if unknown := set(spark) - set(_SPARK):
+        raise ValueError(f"no spark command {sorted(unknown)}")
+    return {**extra, "deployed": deployed, "spark": tuple(spark), "grid": grid, "option": option}
+
+
+def reach(info) -> dict[str, object]:
+    """Where the setting (its ``FieldInfo``) reaches: the keys of :func:`reaches`, defaults filled in."""
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return {"deployed": bool(extra.get("deployed")), "spark": tuple(extra.get("spark") or ()),
+            "grid": bool(extra.get("grid")), "option": extra.get("option")}
+
+
 def is_secret(info) -> bool:
     """Whether the field (its ``FieldInfo``) holds a secret as a whole."""
     extra = info.json_schema_extra

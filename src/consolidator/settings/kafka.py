@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal, Self
 from pydantic import Field, FilePath, SecretStr, field_validator, model_validator
 
 from consolidator.rules.printable import echoed
-from consolidator.settings.base import SECRET, Root
+from consolidator.settings.base import SECRET, Root, reaches
 from consolidator.sources.msk import TOPIC, TOPIC_RULE
 
 # librdkafka properties the worker sets itself: its offset handling depends on them (commits
@@ -42,7 +42,7 @@ WORKER_OWNED = {
 }
 # Consumer defaults of the worker (the pass-through map may change them): a new group starts at
 # the oldest record (nothing produced before the first start is skipped), and the prefetch queue
-# is bounded, so a backlog of millions of records holds a few tens of MB (docs/worker.md).
+# is bounded, so a backlog of millions of records holds a few tens of MB (docs/guide/worker.md).
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "auto.offset.reset": "earliest",
     "queued.max.messages.kbytes": 16_384,
@@ -76,7 +76,8 @@ def parse_pass_through(text: str) -> dict[str, PassThroughValue]:
 
 class _KafkaBootstrap(Root):
     kafka_bootstrap: str | None = Field(None, min_length=1, pattern=r"^\S+$",
-                                        description="Kafka bootstrap servers of the source (host:port,...)")
+                                        description="Kafka bootstrap servers of the source (host:port,...)",
+                                        json_schema_extra=reaches(spark=("stream",), option="--bootstrap-servers"))
 
 
 def parse_topics(value: str) -> tuple[list[str], str | None]:

@@ -1,4 +1,4 @@
-"""The long-running worker's own settings (``consolidator worker``, docs/worker.md): its process
+"""The long-running worker's own settings (``consolidator worker``, docs/guide/worker.md): its process
 (health and metrics port, shutdown bound) and its ingest side (write size, memory bound, commit
 interval, how long a revoke or a shutdown waits for a write in flight)."""
 

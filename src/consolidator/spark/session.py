@@ -27,7 +27,7 @@ LOCAL_DEFAULTS = {
 
 #: The streaming job's Arrow batches: 50,000 records, not Spark's 10,000, so fewer and larger batches
 #: go through the packing step and ``transformWithStateInPandas`` (about 6% more events/s in
-#: bench-stream, docs/spark.md "Throughput"). ``spark.sql.execution.arrow.maxBytesPerBatch``
+#: bench-stream, docs/guide/spark.md "Throughput"). ``spark.sql.execution.arrow.maxBytesPerBatch``
 #: still bounds a batch's bytes.
 STREAM_SETTINGS = {"spark.sql.execution.arrow.maxRecordsPerBatch": "50000"}
 

@@ -2,7 +2,7 @@
 
 ``transformWithStateInPandas`` calls Python once per state key and micro-batch, and every state
 or timer access is a round trip between the Python worker and the JVM. Keyed by group, those
-calls and round trips were most of a micro-batch (docs/spark.md, "Throughput"); keyed by
+calls and round trips were most of a micro-batch (docs/guide/spark.md, "Throughput"); keyed by
 ``shard_of(group) = pmod(xxhash64(group), shards)``, a micro-batch costs a handful of round trips
 per shard, whatever the number of groups.
 

@@ -65,7 +65,7 @@ def _processor_class():
         A shard's groups are one value in state, read once and written once per call, and its
         timer moves only when the shard became due sooner: every state access is a round trip
         between the Python worker and the JVM, so their number, not their size, is what costs
-        (see docs/spark.md, "Throughput")."""
+        (see docs/guide/spark.md, "Throughput")."""
 
         def __init__(self, step: ShardStep) -> None:
             self.step = step

@@ -119,3 +119,55 @@ class BatchViews(Connection):
             rows = cur.fetchall()
             return [_view(r, bool(r["tracked"]), _members(cur, r["batch_id"], r["member_keys"]) if members else ())
                     for r in rows]
+
+
+@dataclass(frozen=True)
+class CarrierRow:
+    """A buffer row that holds an event, and the batch that took it (``batch_id`` empty while
+    the row is PENDING): what ``consolidator batch find`` shows."""
+
+    group_key: str
+    item_id: str
+    position: SourcePosition  # the row's newest event
+    status: str  # the row's: PENDING, CLAIMED, SENT, DEAD or EXPIRED
+    merged_events: int
+    first_seen_ms: int
+    last_update_ms: int
+    batch_id: str
+    batch_state: str | None  # the batch's (None: no batch, or its row was pruned)
+    claimed_at_ms: int | None
+    finished_at_ms: int | None  # when it was published (SENT) or given up (DEAD)
+
+
+_CARRIER = ("SELECT r.group_key, r.item_id, r.src_topic, r.src_partition, r.src_offset, r.status, r.merged_events,"
+            " r.first_seen_ms, r.last_update_ms, r.batch_id, b.state AS batch_state, b.claimed_at_ms,"
+            " b.finished_at_ms FROM buffer_rows r LEFT JOIN batches b ON r.batch_id <> '' AND b.batch_id = r.batch_id")
+
+
+def _carrier(row: dict) -> CarrierRow:
+    return CarrierRow(row["group_key"], row["item_id"],
+                      SourcePosition(row["src_topic"], int(row["src_partition"]), int(row["src_offset"])),
+                      row["status"], int(row["merged_events"]), int(row["first_seen_ms"]), int(row["last_update_ms"]),
+                      row["batch_id"] or "", row["batch_state"], row["claimed_at_ms"], row["finished_at_ms"])
+
+
+class EventFinder(Connection):
+    """Which row, and which batch, holds an event (``consolidator batch find``). Reads only.
+
+    Neither a position nor an item id is indexed in ``buffer_rows`` (ingest stays lean), so each
+    lookup scans the table: an operator's question, not a hot path."""
+
+    def rows_at_position(self, position: SourcePosition) -> list[CarrierRow]:
+        """The rows whose newest event is at ``position`` (one, or none when a newer event of the
+        same item replaced it, or its month's partition was dropped)."""
+        with self.transaction() as cur:
+            cur.execute(f"{_CARRIER} WHERE r.pos_key = %s", (position.sort_key(),))
+            return [_carrier(r) for r in cur.fetchall()]
+
+    def rows_of_item(self, item_id: str, limit: int) -> list[CarrierRow]:
+        """The rows of item ``item_id`` (any group, month and state), the newest event first, at
+        most ``limit``."""
+        with self.transaction() as cur:
+            cur.execute(f"{_CARRIER} WHERE r.item_id = %s ORDER BY r.last_update_ms DESC, r.pos_key DESC LIMIT %s",
+                        (item_id, limit))
+            return [_carrier(r) for r in cur.fetchall()]

@@ -14,6 +14,7 @@ overrides another; ``tests/unit/test_store_composition.py`` keeps this list true
   claim_unbuilt, claimed_batch_ids, load_batch, mark_dead, mark_sent, mark_sent_many,
   record_failure, revive_dead_batch
 - ``BatchViews`` (batch_views.py): batch_view, batch_views
+- ``EventFinder`` (batch_views.py): rows_at_position, rows_of_item
 - ``PartitionStore`` (partitions.py): add_partitions_through, drop_partition_if_sent, partitions,
   prune_batches, unsent_rows_in_partition
 - ``LimitStore`` (limits.py): clear_limit, limits, prune_rate_states, rate_states, set_limit,
@@ -28,7 +29,7 @@ overrides another; ``tests/unit/test_store_composition.py`` keeps this list true
 
 from __future__ import annotations
 
-from consolidator.store.batch_views import BatchViews
+from consolidator.store.batch_views import BatchViews, EventFinder
 from consolidator.store.batches import BatchStore, ClaimedBatch
 from consolidator.store.buffer import BufferStore, IngestCounts
 from consolidator.store.completion import CompletionStore
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 
-class MySQLStore(SchemaStore, BufferStore, OffsetStore, EpochStore, BatchStore, BatchViews, PartitionStore,
+class MySQLStore(SchemaStore, BufferStore, OffsetStore, EpochStore, BatchStore, BatchViews, EventFinder, PartitionStore,
                  LimitStore, ExpiryStore, CompletionStore, UserStore, TraceStore):
     """One connection, used by one thread at a time. Reconnects after the server went away.
     Which part owns which method: the module's docstring."""

@@ -362,7 +362,7 @@ class SchemaStore(Connection):
                         + "; ".join(undrained) + ". Once the consumer group's committed offset of each partition is past that"
                         " highest offset (`kafka-consumer-groups --describe --group GROUP`), Kafka will not"
                         " deliver them again: then run `consolidator db migrate --ledger-drained`"
-                        " (docs/operations.md)")
+                        " (docs/guide/operations.md)")
                 # MySQL DDL commits implicitly: a failure half-way leaves the version unrecorded
                 # and the next run stops at the first existing table with a clear error.
                 for statement in statements:

@@ -1,4 +1,4 @@
-"""``consolidator worker``: the long-running consumer service (docs/worker.md). It runs the same
+"""``consolidator worker``: the long-running consumer service (docs/guide/worker.md). It runs the same
 ingest and flush services as the Lambda functions, with Kafka's partition assignment as the
 ownership of work:
 

@@ -40,7 +40,8 @@ def _labels(labels: Labels) -> str:
 
 class PrometheusRegistry:
     """A :class:`~consolidator.services.metrics.MetricsRecorder` that keeps, per catalogue
-    metric and label set, a counter's sum, a gauge's last value or a summary's count and sum."""
+    metric and label set, a counter's sum, a gauge's last value, a summary's count and sum, or
+    a histogram's count, sum and cumulative count per bucket."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -62,7 +63,15 @@ class PrometheusRegistry:
         with self._lock:
             series = self._values.setdefault(metric.name, {})
             current = series.get(labels)
-            if metric.kind == "gauge" or current is None:
+            if metric.kind == "histogram":  # sum, count, then the count of each bucket
+                if current is None:
+                    current = series[labels] = [0.0] * (2 + len(metric.buckets))
+                current[0] += value
+                current[1] += 1
+                for index, bound in enumerate(metric.buckets):
+                    if value <= bound:
+                        current[2 + index] += 1
+            elif metric.kind == "gauge" or current is None:
                 series[labels] = [value, 1.0] if metric.kind == "summary" else [value]
             elif metric.kind == "counter":
                 current[0] += value
@@ -86,8 +95,8 @@ class PrometheusRegistry:
             return None if found is None else found[0]
 
     def render(self) -> str:
-        """Every metric recorded so far, in catalogue order; counters, gauges and summaries (count
-        and sum) with their HELP and TYPE lines."""
+        """Every metric recorded so far, in catalogue order; counters, gauges, summaries (count
+        and sum) and histograms (buckets, count and sum) with their HELP and TYPE lines."""
         lines: list[str] = []
         with self._lock:
             for metric in METRICS:
@@ -98,7 +107,11 @@ class PrometheusRegistry:
                 lines.append(f"# HELP {name} {_help(metric.help)}")
                 lines.append(f"# TYPE {name} {metric.kind}")
                 for labels, value in sorted(series.items()):
-                    if metric.kind == "summary":
+                    if metric.kind == "histogram":
+                        for bound, hits in zip((*metric.buckets, math.inf), (*value[2:], value[1]), strict=True):
+                            le = _labels((*labels, ("le", _number(bound))))
+                            lines.append(f"{name}_bucket{le} {_number(hits)}")
+                    if metric.kind in ("summary", "histogram"):
                         lines.append(f"{name}_sum{_labels(labels)} {_number(value[0])}")
                         lines.append(f"{name}_count{_labels(labels)} {_number(value[1])}")
                     else:

@@ -27,28 +27,13 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from consolidator.cli.options import MARKUP_MODE, as_setting, bounded, topic_name
+from consolidator.cli.options import MARKUP_MODE, bounded, topic_name
 from consolidator.cli.render import echo
 from consolidator.cli.spark.options import (
-    _SETTING,
-    AggregateOpt,
-    DebounceOpt,
-    GroupField,
-    HardOpt,
-    ItemField,
-    ItemsField,
     KafkaOpts,
     MasterOpt,
-    MaxBytes,
-    PayloadOpt,
-    QuantityField,
-    RateBatchesOpt,
-    RatePeriodOpt,
-    SizeOpt,
-    SkuField,
+    SettingValues,
     SourceOpt,
-    TickOpt,
-    TtlOpt,
     _batch_cap,
     _candidates,
     _pairs,
@@ -56,6 +41,9 @@ from consolidator.cli.spark.options import (
     _settings,
     _source,
     _usage_error,
+    grid_settings,
+    option_flag,
+    setting_options,
 )
 from consolidator.cli.spark.options import (
     max_p95_seconds as _max_p95,
@@ -63,6 +51,7 @@ from consolidator.cli.spark.options import (
 from consolidator.cli.spark.replay_input import Refused, choose, prepare
 from consolidator.cli.spark.replay_run import run_replay
 from consolidator.rules.errors import ConsolidatorError
+from consolidator.settings import EmrSettings, ReplaySettings, StreamSettings
 from consolidator.spark.shards import DEFAULT_SHARDS
 from consolidator.support.redact import masked
 
@@ -71,17 +60,9 @@ spark_app = typer.Typer(help="Spark jobs: streaming aggregator, policy replay, E
                         rich_markup_mode=MARKUP_MODE)  # the help style of the rest of the CLI
 
 @spark_app.command()
+@setting_options(StreamSettings, "stream")
 def stream(
     checkpoint: Annotated[str, typer.Option("--checkpoint", help="Checkpoint directory (s3://... on EMR).")],
-    bootstrap_servers: Annotated[str | None, typer.Option(
-        "--bootstrap-servers", help=_SETTING.format("KAFKA_BOOTSTRAP"))] = None,
-    topic: Annotated[str | None, typer.Option("--topic", help=_SETTING.format("SOURCE_TOPIC"))] = None,
-    sink_url: Annotated[str | None, typer.Option("--sink-url", help=_SETTING.format("SINK_URL"))] = None,
-    dead_letter_url: Annotated[str | None, typer.Option(
-        "--dead-letter-url", help=_SETTING.format("DEAD_LETTER_URL"))] = None,
-    debounce_seconds: DebounceOpt = None,
-    hard_window_seconds: HardOpt = None,
-    max_batch_size: SizeOpt = None,
     trigger_ms: Annotated[int, typer.Option("--trigger-ms", parser=bounded(1, 86_400_000, " ms", integer=True),
                                             help="Micro-batch interval (1 to 86,400,000 ms).")] = 5_000,
     starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
@@ -90,32 +71,7 @@ def stream(
         help="At most this many records per micro-batch (1 to 10^12).")] = None,
     source: SourceOpt = "auto",
     kafka_option: KafkaOpts = None,
-    group_key_field: GroupField = None,
-    item_id_field: ItemField = None,
-    items_field: ItemsField = None,
-    sku_field: SkuField = None,
-    quantity_field: QuantityField = None,
-    aggregate: AggregateOpt = None,
-    member_payload: PayloadOpt = None,
-    max_event_bytes: MaxBytes = None,
     master: MasterOpt = None,
-    max_batch_bytes: Annotated[int | None, typer.Option(
-        "--max-batch-bytes", parser=as_setting("max_batch_bytes"), help="Cap on one batch message (default: the sink's per-message limit). "
-                                  + _SETTING.format("MAX_BATCH_BYTES"))] = None,
-    rate_limit_batches: RateBatchesOpt = None,
-    rate_limit_period_seconds: RatePeriodOpt = None,
-    event_ttl_seconds: TtlOpt = None,
-    completion_database_url: Annotated[str | None, typer.Option(
-        "--completion-database-url",
-        help="Completion tracking: seal every batch in this database (mysql://...) before it is "
-             "published, so the acks function tracks Spark-built batches too. With "
-             "--completion-database-secret-arn: host, port, database and TLS only (no user). "
-             + _SETTING.format("COMPLETION_DATABASE_URL"))] = None,
-    completion_database_secret_arn: Annotated[str | None, typer.Option(
-        "--completion-database-secret-arn",
-        help="Completion tracking with the database's Secrets Manager secret (RDS format), read by "
-             "each executor: no password in the job's arguments. "
-             + _SETTING.format("COMPLETION_DATABASE_SECRET_ARN"))] = None,
     state_shards: Annotated[int, typer.Option(
         "--state-shards", parser=bounded(1, 1_000_000, integer=True),
         help="State keys (shards of the group keys; at least the stateful stage's partitions); "
@@ -124,13 +80,13 @@ def stream(
         "--input", help="Instead of Kafka: a directory; each record file that appears in it is read once "
                         "(the replay's JSON lines, or Parquet).")] = None,
     input_format: Annotated[str, typer.Option("--format", help="Of --input: json or parquet.")] = "json",
+    *,
+    settings: SettingValues,
 ) -> None:
     """Run the streaming aggregator until stopped (Kafka, or the files of --input, in; batches to
     the sink URL). SIGTERM or Ctrl-C stops it after its current micro-batch, with one line naming
     the offsets it stopped at (exit 0)."""
-    from consolidator.settings import StreamSettings
-
-    s = _settings(StreamSettings, locals(), rename={"bootstrap_servers": "kafka_bootstrap", "topic": "source_topic"})
+    s = _settings(StreamSettings, settings.values)
     _source(s.kafka_bootstrap, s.source_topic, input_path, input_format)
     from consolidator.spark.streaming import StreamConfig
 
@@ -186,27 +142,29 @@ def _stream(stopper, config, s, checkpoint: str, input_path: str | None, master:
 
 
 def replay_grid(params: dict) -> tuple[list, object]:
-    """The replay's policies: every combination of the grid options' candidates, each checked as
-    overrides of :class:`~consolidator.settings.ReplaySettings` (so with the settings' bounds and
-    errors); combinations whose hard window is shorter than their debounce are left out (said on
-    stderr). Returns the named policies and the settings of the first one (field names)."""
+    """The replay's policies: every combination of the grid settings' candidates (``params``:
+    setting -> comma-separated candidates or value, None: not given; ``rate_limit``: the
+    ``--rate-limit`` candidates), each checked as overrides of
+    :class:`~consolidator.settings.ReplaySettings` (so with the settings' bounds and errors);
+    combinations whose hard window is shorter than their debounce are left out (said on stderr).
+    Returns the named policies and the settings of the first one (field names)."""
     from consolidator.rules.errors import ConfigurationError
-    from consolidator.settings import WINDOWS_RULE, ReplaySettings, load_settings
+    from consolidator.settings import WINDOWS_RULE, load_settings
     from consolidator.spark.replay import NamedPolicy, policy_name
 
-    grid = {
-        "debounce_seconds": _candidates(params["debounce_seconds"], "--debounce-seconds", float, "seconds"),
-        "hard_window_seconds": _candidates(params["hard_window_seconds"], "--hard-window-seconds", float, "seconds"),
-        "max_batch_size": _candidates(params["max_batch_size"], "--max-batch-size", int, "integers"),
-        "rate": _candidates(params["rate_limit"], "--rate-limit", _rate, "N/SECONDS or none"),
-        "event_ttl_seconds": _candidates(params["event_ttl_seconds"], "--event-ttl-seconds", float, "seconds"),
-    }
-    options = {name: "--" + name.replace("_", "-") for name in ReplaySettings.model_fields}
+    options = {name: option_flag(name, info) for name, info in ReplaySettings.model_fields.items()}
+    grid, gridded = {}, grid_settings(ReplaySettings)
+    for name, info in ReplaySettings.model_fields.items():  # in declaration order: the order of the policies
+        if name == "rate_limit_batches":  # --rate-limit: candidates of both rate settings at once
+            grid["rate"] = _candidates(params.get("rate_limit"), "--rate-limit", _rate, "N/SECONDS or none")
+        elif name in gridded:
+            grid[name] = _candidates(params.get(name), options[name], info.annotation,
+                                     "integers" if info.annotation is int else "seconds")
     policies, first, left_out = {}, None, 0
     for values in itertools.product(*grid.values()):
         combo = dict(zip(grid, values, strict=True))
-        batches, period = combo.pop("rate") or (params["rate_limit_batches"], params["rate_limit_period_seconds"])
-        if params["rate_limit"] is not None:
+        batches, period = combo.pop("rate") or (params.get("rate_limit_batches"), params.get("rate_limit_period_seconds"))
+        if params.get("rate_limit") is not None:
             options.update(rate_limit_batches="--rate-limit", rate_limit_period_seconds="--rate-limit")
         overrides = {**{k: v for k, v in params.items() if k in ReplaySettings.model_fields}, **combo,
                      "rate_limit_batches": batches, "rate_limit_period_seconds": period}
@@ -229,6 +187,7 @@ def replay_grid(params: dict) -> tuple[list, object]:
 
 
 @spark_app.command()
+@setting_options(ReplaySettings, "replay")
 def replay(
     out: Annotated[Path, typer.Option("--out", help="Output directory: batches/, dead_letter/, report/.")],
     input_path: Annotated[str | None, typer.Option(
@@ -247,24 +206,8 @@ def replay(
         help="--format kafka: the topic; values: the topic of the positions (default file.<file name>).")] = None,
     starting_offsets: Annotated[str, typer.Option("--starting-offsets")] = "earliest",
     ending_offsets: Annotated[str, typer.Option("--ending-offsets")] = "latest",
-    debounce_seconds: Annotated[str | None, typer.Option(
-        "--debounce-seconds", help="Comma-separated candidates. " + _SETTING.format("DEBOUNCE_SECONDS"))] = None,
-    hard_window_seconds: Annotated[str | None, typer.Option(
-        "--hard-window-seconds", help="Comma-separated candidates. "
-                                      + _SETTING.format("HARD_WINDOW_SECONDS"))] = None,
-    max_batch_size: Annotated[str | None, typer.Option(
-        "--max-batch-size", help="Comma-separated candidates. " + _SETTING.format("MAX_BATCH_SIZE"))] = None,
-    tick_interval_seconds: TickOpt = None,
     source: SourceOpt = "auto",
     kafka_option: KafkaOpts = None,
-    group_key_field: GroupField = None,
-    item_id_field: ItemField = None,
-    items_field: ItemsField = None,
-    sku_field: SkuField = None,
-    quantity_field: QuantityField = None,
-    aggregate: AggregateOpt = None,
-    member_payload: PayloadOpt = None,
-    max_event_bytes: MaxBytes = None,
     max_p95_seconds: Annotated[float | None, typer.Option(
         "--max-p95-seconds", parser=_max_p95,
         help="Recommend the policy with the best compaction within this p95 latency.")] = None,
@@ -272,14 +215,12 @@ def replay(
     rate_limit: Annotated[str | None, typer.Option(
         "--rate-limit", help="Comma-separated candidates N/SECONDS or none (default: --rate-limit-batches "
                              "per --rate-limit-period-seconds).")] = None,
-    rate_limit_batches: RateBatchesOpt = None,
-    rate_limit_period_seconds: RatePeriodOpt = None,
-    event_ttl_seconds: Annotated[str | None, typer.Option(
-        "--event-ttl-seconds", help="Comma-separated TTL candidates in seconds; 0: off. "
-                                    + _SETTING.format("EVENT_TTL_SECONDS"))] = None,
+    *,
+    settings: SettingValues,
 ) -> None:
     """Replay history under a grid of policies; writes batches and a Markdown/HTML report with a chart."""
-    policies, settings = replay_grid(locals())
+    values = settings.values
+    policies, settings = replay_grid({**values, "rate_limit": rate_limit})
     # every input checked, and a file read, before Spark starts; a refusal is one line
     try:
         chosen = choose(input_path, input_format, timestamp_field)
@@ -315,21 +256,17 @@ def _refuse(exc: Exception) -> NoReturn:
 
 
 @spark_app.command("emr-submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@setting_options(EmrSettings, "emr-submit")
 def emr_submit(
     ctx: typer.Context,
-    application_id: Annotated[str | None, typer.Option(
-        "--application-id", help=_SETTING.format("EMR_APPLICATION_ID"))] = None,
-    execution_role_arn: Annotated[str | None, typer.Option(
-        "--execution-role-arn", help=_SETTING.format("EMR_JOB_ROLE_ARN"))] = None,
-    bucket: Annotated[str | None, typer.Option(
-        "--bucket", help="Bucket of the EMR construct (code/, checkpoints/, logs/). "
-                         + _SETTING.format("EMR_BUCKET"))] = None,
     name: Annotated[str, typer.Option("--name")] = "consolidator-stream",
     submit: Annotated[bool, typer.Option("--submit", help="Call StartJobRun instead of printing it.")] = False,
     region: Annotated[str | None, typer.Option("--region")] = None,
     archive: Annotated[str | None, typer.Option(
         "--archive", help="File name of the environment archive under code/ (default: the one "
                           "`make emr-archive` builds for the construct's release).")] = None,
+    *,
+    settings: SettingValues,
 ) -> None:
     """Print (or with --submit, call) StartJobRun for the streaming job. Arguments after '--'
     go to 'stream' (e.g. -- --bootstrap-servers b-1...:9098 --topic orders --sink-url ...).
@@ -337,14 +274,10 @@ def emr_submit(
     A job's arguments are readable by anyone who may read the job run: a URL with a password is
     refused (exit 2; pass --completion-database-secret-arn instead), and what is printed has
     every credential masked."""
-    from consolidator.settings import EmrSettings
     from consolidator.spark.emr import start_job_run_request
 
     _no_password_in(list(ctx.args))
-    s = _settings(EmrSettings, {"application_id": application_id, "execution_role_arn": execution_role_arn,
-                                "bucket": bucket},
-                  rename={"application_id": "emr_application_id", "execution_role_arn": "emr_job_role_arn",
-                          "bucket": "emr_bucket"})
+    s = _settings(EmrSettings, settings.values)
     request = start_job_run_request(
         application_id=s.emr_application_id, execution_role_arn=s.emr_job_role_arn,
         code_uri=f"s3://{s.emr_bucket}/code", checkpoint_uri=f"s3://{s.emr_bucket}/checkpoints/{name}",

@@ -1,10 +1,15 @@
-"""Shared pieces of the ``consolidator spark`` commands: the setting options (overrides of the
-settings models, same names and units as the variables) and the checks that run before Spark
-starts."""
+"""Shared pieces of the ``consolidator spark`` commands: the setting options, derived from the
+settings' declarations (overrides of the settings models, same names and units as the variables),
+and the checks that run before Spark starts."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import types
+import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -14,50 +19,102 @@ from consolidator.cli.options import as_setting, bounded
 from consolidator.cli.render import echo
 
 _SETTING = "Default: $CONSOLIDATOR_{}, else the settings' default."
-DebounceOpt = Annotated[float | None, typer.Option("--debounce-seconds", parser=as_setting("debounce_seconds"), help=_SETTING.format("DEBOUNCE_SECONDS"))]
-HardOpt = Annotated[float | None, typer.Option("--hard-window-seconds", parser=as_setting("hard_window_seconds"),
-                                               help=_SETTING.format("HARD_WINDOW_SECONDS"))]
-SizeOpt = Annotated[int | None, typer.Option("--max-batch-size", parser=as_setting("max_batch_size"), help=_SETTING.format("MAX_BATCH_SIZE"))]
-TickOpt = Annotated[float | None, typer.Option(
-    "--tick-interval-seconds", parser=as_setting("tick_interval_seconds"), help="Replay tick grid (the flush function's tick). "
-                                    + _SETTING.format("TICK_INTERVAL_SECONDS"))]
 MasterOpt = Annotated[str | None, typer.Option(
     "--master", help="e.g. local[2]; leave unset under spark-submit / EMR.")]
 SourceOpt = Annotated[str, typer.Option(
     "--source", help="Kafka reader: auto (Spark's kafka connector if present), spark or python.")]
-GroupField = Annotated[str | None, typer.Option("--group-key-field", help=_SETTING.format("GROUP_KEY_FIELD"))]
-ItemField = Annotated[str | None, typer.Option("--item-id-field", help=_SETTING.format("ITEM_ID_FIELD"))]
-ItemsField = Annotated[str | None, typer.Option("--items-field", help=_SETTING.format("ITEMS_FIELD"))]
-SkuField = Annotated[str | None, typer.Option("--sku-field", help=_SETTING.format("SKU_FIELD"))]
-QuantityField = Annotated[str | None, typer.Option("--quantity-field", help=_SETTING.format("QUANTITY_FIELD"))]
-AggregateOpt = Annotated[str | None, typer.Option(
-    "--aggregate", help="The batch's outputs: JSON list inline or a file path. " + _SETTING.format("AGGREGATE"))]
-PayloadOpt = Annotated[str | None, typer.Option(
-    "--member-payload", help="none, full or a JSON list of paths. " + _SETTING.format("MEMBER_PAYLOAD"))]
-MaxBytes = Annotated[int | None, typer.Option("--max-event-bytes", parser=as_setting("max_event_bytes"),
-                                              help=_SETTING.format("MAX_EVENT_BYTES"))]
-RateBatchesOpt = Annotated[int | None, typer.Option(
-    "--rate-limit-batches", parser=as_setting("rate_limit_batches"), help="Batches per group per period; 0: none. " + _SETTING.format("RATE_LIMIT_BATCHES"))]
-RatePeriodOpt = Annotated[float | None, typer.Option(
-    "--rate-limit-period-seconds", parser=as_setting("rate_limit_period_seconds"), help=_SETTING.format("RATE_LIMIT_PERIOD_SECONDS"))]
-TtlOpt = Annotated[float | None, typer.Option(
-    "--event-ttl-seconds", parser=as_setting("event_ttl_seconds"), help="Event time-to-live; 0: off. " + _SETTING.format("EVENT_TTL_SECONDS"))]
 KafkaOpts = Annotated[list[str] | None, typer.Option(
     "--kafka-option", help="key=value passed to the Kafka reader (e.g. kafka.security.protocol=SSL).")]
 
 
-def _settings(model, params: dict, rename: dict[str, str] | None = None):
-    """``model`` with the command's options (``params``: parameter -> value, None: not given) as
+def option_flag(name: str, info) -> str:
+    """The option of the setting ``name`` (its ``FieldInfo``): as declared, else ``--`` and its name."""
+    from consolidator.settings import reach
+
+    return reach(info)["option"] or "--" + name.replace("_", "-")
+
+
+def command_settings(model, command: str) -> dict[str, object]:
+    """The settings of ``model`` (name -> ``FieldInfo``) whose declaration makes them options of
+    ``consolidator spark <command>``."""
+    from consolidator.settings import reach
+
+    return {name: info for name, info in model.model_fields.items() if command in reach(info)["spark"]}
+
+
+def grid_settings(model) -> dict[str, object]:
+    """The settings of ``model`` that ``spark replay`` takes as comma-separated candidates."""
+    from consolidator.settings import reach
+
+    return {name: info for name, info in command_settings(model, "replay").items() if reach(info)["grid"]}
+
+
+def _number_type(info) -> type | None:
+    """int or float when the setting is a number (None allowed), else None."""
+    kinds = [k for k in typing.get_args(info.annotation) if k is not type(None)] \
+        if isinstance(info.annotation, types.UnionType) or typing.get_origin(info.annotation) is typing.Union \
+        else [info.annotation]
+    return kinds[0] if len(kinds) == 1 and kinds[0] in (int, float) else None
+
+
+def _option(name: str, info, *, grid: bool) -> object:
+    """The typer annotation of the option of the setting ``name``: its type and bounds (numbers), its
+    doc line and where its default comes from as help; ``grid``: comma-separated candidates."""
+
+    doc = (info.description or "").rstrip(".")
+    help_text = f"{doc[:1].upper()}{doc[1:]}. {_SETTING.format(name.upper())}"
+    number = _number_type(info)
+    if grid:
+        return Annotated[str | None, typer.Option(option_flag(name, info), help="Comma-separated candidates. " + help_text)]
+    if number is None:
+        return Annotated[str | None, typer.Option(option_flag(name, info), help=help_text)]
+    return Annotated[number | None, typer.Option(option_flag(name, info), parser=as_setting(name), help=help_text)]
+
+
+@dataclass(frozen=True)
+class SettingValues:
+    """The values of a command's setting options (setting -> value; None: not given)."""
+
+    values: dict[str, object]
+
+
+def setting_options(model, command: str):
+    """Decorator of the command ``consolidator spark <command>``: one option per setting of
+    ``model`` whose declaration names the command (``reaches(spark=...)``), in declaration order
+    after the command's own; their values reach the command as its ``settings`` argument
+    (:class:`SettingValues`). On ``replay`` a grid setting takes comma-separated candidates."""
+    fields = command_settings(model, command)
+    grid = grid_settings(model) if command == "replay" else {}
+
+    def decorate(func):
+        signature = inspect.signature(func, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != "settings"]
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                   annotation=_option(name, info, grid=name in grid))
+                 for name, info in fields.items()]
+
+        @functools.wraps(func)
+        def run(**kwargs):
+            values = SettingValues({name: kwargs.pop(name) for name in fields})
+            return func(**kwargs, settings=values)
+
+        run.__signature__ = signature.replace(parameters=[*own, *added])
+        return run
+
+    return decorate
+
+
+def _settings(model, params: dict):
+    """``model`` with the command's options (``params``: setting -> value, None: not given) as
     overrides of the environment; a bad value is a usage error naming the option."""
     from consolidator.rules.errors import ConfigurationError
     from consolidator.settings import load_settings
 
     overrides, options = {}, {}
-    for param, value in params.items():
-        field = (rename or {}).get(param, param)
+    for field, value in params.items():
         if field in model.model_fields:
             overrides[field] = value
-            options[field] = "--" + param.replace("_", "-")
+            options[field] = option_flag(field, model.model_fields[field])
     try:
         return load_settings(model, overrides=overrides, options=options)
     except ConfigurationError as exc:

@@ -2,7 +2,7 @@
 
 The registry is input, not trust: Confluent's serializers register schemas on first use, so any
 producer of the topic can put a schema there. Each bound below says what it protects and why
-its value; docs/security.md (schema registries) lists them for the operator.
+its value; docs/design/security.md (schema registries) lists them for the operator.
 """
 
 from __future__ import annotations
