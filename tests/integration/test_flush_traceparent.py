@@ -117,3 +117,14 @@ def test_the_eventbridge_detail_carries_it_and_a_consumer_continues_the_trace(st
     assert consumer.parent.span_id == publish.context.span_id and consumer.context.trace_id == int(TRACE_A, 16)
     continued = get_current_span(tracing.context_of(detail["traceparent"])).get_span_context()
     assert (continued.trace_id, continued.span_id) == (publish.context.trace_id, publish.context.span_id)
+
+
+def test_a_dead_batch_entry_holds_the_message_as_published(store, clock, tmp_path):
+    ingest(store, clock, _records())
+    clock.advance(POLICY.debounce_ms)
+    sink = FlakySink()  # refuses the first call: with one attempt allowed, both batches die
+    make_service(store, sink, clock, tmp_path, max_attempts=1).tick()
+    published = {b.group_key: json.loads(b.body) for b in sink.calls[0]}
+    dead = [json.loads(line) for line in (tmp_path / "dead.jsonl").read_text().splitlines()]
+    assert {e["batch"]["group_key"]: e["batch"] for e in dead} == published
+    assert "traceparent" in published["WH-1"]
