@@ -1,7 +1,7 @@
 """The real ingest and flush handlers with tracing on (an in-memory exporter): a producer's trace
 context goes into the buffer row, the ingest span and the publish span continue it and link to
-every record's and member's context, and the published message carries the publish span's
-``traceparent`` (tests/integration/test_sinks_trace.py). Records without trace headers or with a malformed ``traceparent`` are ingested
+every record's and member's context, and the published message (here a file sink's line)
+carries its batch's ``traceparent``, which names the publish span. Records without trace headers or with a malformed ``traceparent`` are ingested
 as any other (never poison) and add no link."""
 
 from __future__ import annotations
@@ -107,7 +107,11 @@ def test_a_producer_trace_continues_through_ingest_and_publish_to_the_message(en
     assert attributes["consolidator.batch.flush_reason"] == "idle"
     assert attributes["consolidator.batch.wait_ms"] >= 100
     assert attributes["consolidator.trace.contexts"] == 2 and attributes["messaging.system"] == "file"
-    assert "traceparent" not in message, "the body stays the shipped schema's (the file sink carries no context)"
+    assert message["traceparent"] == f"00-{TRACE_B}-{message['batch_id'][:16]}-01", "the file sink's line carries it"
+    assert (span.context.trace_id, span.context.span_id) == (int(TRACE_B, 16), int(message["batch_id"][:16], 16))
+    consumer = tracing.start_receive_span("batches", 0, 0, "consumers", message["batch_id"], message["traceparent"])
+    consumer.end()
+    assert consumer.parent.span_id == span.context.span_id and consumer.context.trace_id == int(TRACE_B, 16)
 
 
 def test_links_are_bounded_and_the_count_is_kept(env, spans, store):

@@ -10,7 +10,8 @@ epochs only, so every engine, every retry and every replay of the same claim yie
 The JSON Schema is ``schemas/batch-v1.schema.json``; minor versions add optional fields and say
 so in ``schema_minor``: ``batch-v1.1.schema.json`` the ``held_back_ms`` of a rate-limited group,
 ``batch-v1.2.schema.json`` completion tracking (``completion_tracking``, ``ack_token``, each
-member's item id).
+member's item id), ``batch-v1.3.schema.json`` the batch's own ``traceparent``. Version 2's
+minor version 2.1 (``batch-v2.1.schema.json``) adds the ``traceparent`` likewise.
 
 A batch sealed for completion tracking carries an ``ack_token``: an HMAC of its batch id under
 the deployment's ack key (stored in the database, never in a message or a log). Only who
@@ -45,12 +46,15 @@ from consolidator.rules.shape import (
     within_bounds,
 )
 from consolidator.rules.shape_bounds import bounds_safe
+from consolidator.rules.tracecontext import TRACEPARENT_CHARS, TraceContext, batch_traceparent
 
 SCHEMA_VERSION = 1
 SCHEMA_VERSION_SHAPED = 2  # a generic event shape (schemas/batch-v2.schema.json)
 SCHEMA_MINOR_HELD_BACK = 1  # v1.1: optional ``held_back_ms`` (schemas/batch-v1.1.schema.json)
 SCHEMA_MINOR_TRACKED = 2  # v1.2: completion tracking and the ack token (schemas/batch-v1.2.schema.json)
-_MINOR_NAMES = {SCHEMA_MINOR_HELD_BACK: "1.1", SCHEMA_MINOR_TRACKED: "1.2"}
+SCHEMA_MINOR_TRACED = 3  # v1.3: the batch's own ``traceparent`` (schemas/batch-v1.3.schema.json)
+SCHEMA_MINOR_SHAPED_TRACED = 1  # v2.1: the batch's own ``traceparent`` (schemas/batch-v2.1.schema.json)
+_MINOR_NAMES = {SCHEMA_MINOR_HELD_BACK: "1.1", SCHEMA_MINOR_TRACKED: "1.2", SCHEMA_MINOR_TRACED: "1.3"}
 
 
 class Member(NamedTuple):
@@ -147,6 +151,7 @@ class MessageOptions:
 
 PLAIN = MessageOptions()
 _SIZING_KEY = b"\x00" * 16  # any key: an ack token is always 32 hex digits
+_SIZING_TRACE = (TraceContext("00-" + "1" * 32 + "-" + "1" * 16 + "-01"),)  # a traceparent: always 55 characters
 
 
 def _pairs(items: tuple[tuple[str, int], ...] | EventView) -> tuple[tuple[str, int], ...]:
@@ -163,6 +168,7 @@ def build_message(
     group_key: str, members: Sequence[Member], reason: FlushReason, flushed_at_ms: int,
     *, ack_key: bytes | None = None, held_back_ms: int = 0, epochs: Mapping[str, int] = NO_EPOCHS,
     assigned_id: str | None = None, shape: Shape = REFERENCE_SHAPE, event_times: bool = False,
+    trace_contexts: Sequence[TraceContext | None] = (),
 ) -> dict:
     """The batch message, the one builder of every engine. Rows of the same item (one per
     monthly bucket) coalesce: the newest position's row counts.
@@ -185,7 +191,13 @@ def build_message(
     from the members' positions and their topics' ``epochs`` (:func:`batch_id`). ``event_times``
     (an event time field is configured): ``first_event_at`` and ``last_event_at`` are the earliest
     and the latest event time of the members (:func:`event_span`), else the first and last time an
-    event of the batch was ingested."""
+    event of the batch was ingested.
+
+    ``trace_contexts``: the members' trace contexts in batch order (the flush reads them from
+    the buffer; the Spark jobs have none). When one is there, the message carries the batch's own
+    ``traceparent`` (:func:`~consolidator.rules.tracecontext.batch_traceparent`: a function of the
+    batch, the same on every re-publish) and names version 1.3 (``schema_minor: 3``) or 2.1
+    (``schema_minor: 1``); without one the message is what it was before, byte for byte."""
     if not members:
         raise ValueError("a batch needs at least one member")
     by_position = sorted(members, key=_position_of)
@@ -224,6 +236,10 @@ def build_message(
     if ack_key is not None:
         message["completion_tracking"] = True
         message["ack_token"] = ack_token(ack_key, message["batch_id"])
+    traceparent = batch_traceparent(message["batch_id"], trace_contexts)
+    if traceparent is not None:
+        message["traceparent"] = traceparent
+        message["schema_minor"] = SCHEMA_MINOR_TRACED if shape.is_reference else SCHEMA_MINOR_SHAPED_TRACED
     return message
 
 
@@ -272,11 +288,13 @@ def message_bytes(group_key: str, members: Sequence[Member], reason: FlushReason
                   options: MessageOptions = PLAIN) -> int:
     """Size of the encoded message of these members with every field ``options`` allow, at its
     widest, as the sink counts it (``options.measure``): the published message is never larger
-    (the ack token has a fixed length, the held-back time is counted with the most digits it
-    can have)."""
+    (the ack token and the ``traceparent`` have fixed lengths, the held-back time is counted with
+    the most digits it can have). The ``traceparent`` is always counted: whether members have
+    trace contexts is known only at publish, and every engine splits a claim alike."""
     return options.measure(encode(build_message(
         group_key, members, reason, flushed_at_ms, shape=options.shape,
-        ack_key=_SIZING_KEY if options.tracked else None, held_back_ms=INT64_MAX if options.rate_limited else 0)))
+        ack_key=_SIZING_KEY if options.tracked else None, held_back_ms=INT64_MAX if options.rate_limited else 0,
+        trace_contexts=_SIZING_TRACE)))
 
 
 def message_bytes_bound(group_key: str, members: Sequence[Member], options: MessageOptions = PLAIN) -> int:
@@ -286,7 +304,7 @@ def message_bytes_bound(group_key: str, members: Sequence[Member], options: Mess
     no cheap bound (its members carry events): the bound is then infinite."""
     if not options.shape.is_reference:
         return 1 << 62
-    size = 512 + 6 * len(group_key)  # fixed fields, keys, batch id, times, counts
+    size = 512 + 6 * len(group_key) + 64 + TRACEPARENT_CHARS  # fixed fields, keys, ids, times, counts, trace
     size += 160 if options.tracked or options.rate_limited else 0  # ack token, flags, held-back time
     for m in members:
         size += (12 if options.tracked else 6) * len(m.item_id) + 3 + 6 * len(m.position.topic) + 96
@@ -420,15 +438,17 @@ def fit_claims(
 
 
 def schema_name(message: dict) -> str:
-    """The schema version a message names: ``"2"``, ``"1.2"`` (``schema_minor`` 2), ``"1.1"``
-    (``schema_minor`` 1) or ``"1"``."""
+    """The schema version a message names: ``"2.1"`` (version 2, ``schema_minor`` 1), ``"2"``,
+    ``"1.3"`` (``schema_minor`` 3), ``"1.2"`` (``schema_minor`` 2), ``"1.1"`` (``schema_minor`` 1)
+    or ``"1"``."""
     if message.get("schema_version") == SCHEMA_VERSION_SHAPED:
-        return "2"
+        return "2.1" if message.get("schema_minor") == SCHEMA_MINOR_SHAPED_TRACED else "2"
     return _MINOR_NAMES.get(message.get("schema_minor"), "1")  # type: ignore[arg-type]
 
 
 def load_schema(version: str = "1") -> dict:
     """The JSON Schema of the message: ``"1"``, ``"1.1"`` (v1 plus the optional held-back field),
-    ``"1.2"`` (v1.1 plus completion tracking) or ``"2"`` (a generic event shape);
+    ``"1.2"`` (v1.1 plus completion tracking), ``"1.3"`` (v1.2 plus the batch's ``traceparent``),
+    ``"2"`` (a generic event shape) or ``"2.1"`` (v2 plus the batch's ``traceparent``);
     :func:`schema_name` names a message's."""
     return json.loads(resources.files("consolidator.schemas").joinpath(f"batch-v{version}.schema.json").read_text())

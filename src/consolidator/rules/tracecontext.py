@@ -9,7 +9,9 @@ ASCII within :data:`MAX_TRACESTATE_CHARS`.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Iterable
 from typing import NamedTuple
 
 TRACEPARENT_HEADER = "traceparent"
@@ -67,3 +69,30 @@ def trace_context(headers: tuple[tuple[str, bytes], ...]) -> TraceContext | None
         if text and _TRACESTATE.fullmatch(text):
             state = text
     return TraceContext(parent, state)
+
+
+_SPAN_ID = re.compile(r"(?!0{16})[0-9a-f]{16}")
+
+
+def publish_span_id(batch_id: str) -> str:
+    """The span id of every publish of the batch ``batch_id``: its first 16 hex digits (a batch
+    id is 32 lowercase hex digits; one that is not, or whose first 16 are all zeros, gives the
+    first 16 hex digits of its SHA-256 instead, never all zeros). A function of the id only."""
+    if _SPAN_ID.fullmatch(batch_id[:16]):
+        return batch_id[:16]
+    digest = hashlib.sha256(f"consolidator-publish-span\n{batch_id}".encode()).hexdigest()[:16]
+    return digest if _SPAN_ID.fullmatch(digest) else "0000000000000001"
+
+
+def batch_traceparent(batch_id: str, member_contexts: Iterable[TraceContext | None]) -> str | None:
+    """The W3C ``traceparent`` a published batch carries: None when no member has a trace
+    context; else version 00, the trace id and the trace flags of the first member context
+    (batch order: what the publish span's parent is), and :func:`publish_span_id` of the batch.
+    A function of the batch only, so every re-publish carries the same value."""
+    for context in member_contexts:
+        if context is not None:
+            parent = parse_traceparent(context.traceparent)
+            if parent is not None:
+                _, trace_id, _, flags = parent.split("-")
+                return f"00-{trace_id}-{publish_span_id(batch_id)}-{flags}"
+    return None

@@ -39,6 +39,7 @@ from consolidator.rules.policy import (
     due_groups,
     expiry_cutoff_ms,
 )
+from consolidator.rules.tracecontext import TraceContext
 from consolidator.services.due import DueGroup, due_groups_now, rate_limits
 from consolidator.services.expiry import Expiry
 from consolidator.services.flush_claim import ClaimStep, Group, Tick
@@ -68,6 +69,8 @@ class _Pending:
     attempt: int
     body: bytes
     seal: SealedBatch | None = None  # completion tracking on: what the seal records
+    contexts: tuple[TraceContext, ...] = ()  # the members' trace contexts, batch order
+    traceparent: str | None = None  # the message's own (a member had a trace context)
 
 
 @dataclass
@@ -268,6 +271,7 @@ class FlushService:
         try:
             failed_before = self.store.begin_publish([b.batch_id for b in batches], self.clock.now_ms())
             ack_key = self._tracking_key()
+            contexts = self.store.member_trace_contexts([b.batch_id for b in batches if b.batch_id in failed_before])
         except StoreError as error:
             log.warning("batches not checked before publishing; they stay CLAIMED for the next tick",
                         extra={"batch_ids": [b.batch_id for b in batches], "error": str(error)})
@@ -278,10 +282,12 @@ class FlushService:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
             attempt = failed_before[batch.batch_id] + 1
+            traces = tuple(contexts.get(batch.batch_id, ()))
             try:
                 message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                         ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
-                                        shape=self.policy.shape, event_times=self.policy.event_times)
+                                        shape=self.policy.shape, event_times=self.policy.event_times,
+                                        trace_contexts=traces)
                 body = encode(message)
                 seal = SealedBatch.of_message(message) if self.completion_tracking else None
             except Exception as error:  # noqa: BLE001 - this batch only: a failed attempt, retried, then dead
@@ -289,7 +295,7 @@ class FlushService:
                 continue
             if message["batch_id"] != batch.batch_id:
                 raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
-            pending.append(_Pending(batch, attempt, body, seal))
+            pending.append(_Pending(batch, attempt, body, seal, traces, message.get("traceparent")))
         if not pending:
             return
         if self.completion_tracking and not self._seal(pending):
@@ -297,7 +303,7 @@ class FlushService:
         spans = self._publish_spans(pending)
         errors = self.sink.publish([
             OutgoingBatch(p.batch.batch_id, p.batch.group_key, p.body,
-                          None if spans is None else tracing.traceparent_of(spans[i]))
+                          p.traceparent or (None if spans is None else tracing.traceparent_of(spans[i])))
             for i, p in enumerate(pending)])
         for index, span in enumerate(spans or ()):
             end_publish_span(span, errors.get(index))
@@ -334,25 +340,21 @@ class FlushService:
 
     def _publish_spans(self, pending: list[_Pending]) -> list | None:
         """While tracing is on, one started span per batch about to be published, each linked to
-        its members' trace contexts (:mod:`consolidator.services.spans`); None while it is off.
-        The contexts are read in one statement; when that fails the spans have no links (a
-        trace is never a reason not to publish)."""
+        its members' trace contexts (:mod:`consolidator.services.spans`) and, when its message
+        carries a ``traceparent``, with the span id that names; None while tracing is off."""
         if tracing.tracer() is None:
             return None
-        try:
-            contexts = self.store.member_trace_contexts([p.batch.batch_id for p in pending])
-        except StoreError as error:
-            log.warning("members' trace contexts not read; the publish spans have no links",
-                        extra={"error": str(error)})
-            contexts = {}
         now = self.clock.now_ms()
         destination = getattr(self.sink, "destination", "batches")
         system = getattr(self.sink, "messaging_system", "unknown")
-        return [start_publish_span(destination, system, p.batch.batch_id, p.batch.group_key, str(p.batch.reason),
-                                   len(p.batch.members), p.attempt,
-                                   max(0, now - min((m.first_seen_ms for m in p.batch.members), default=now)),
-                                   contexts.get(p.batch.batch_id, ()))
-                for p in pending]
+        spans = []
+        for p in pending:
+            with tracing.span_id_of(p.traceparent):
+                spans.append(start_publish_span(
+                    destination, system, p.batch.batch_id, p.batch.group_key, str(p.batch.reason),
+                    len(p.batch.members), p.attempt,
+                    max(0, now - min((m.first_seen_ms for m in p.batch.members), default=now)), p.contexts))
+        return spans
 
     def _tracking_key(self) -> bytes | None:
         """The ack key (read from the store once) when completion tracking is on, else None."""
@@ -400,13 +402,17 @@ class FlushService:
             self._bury(batch, failures, error, report)
 
     def _bury(self, batch: ClaimedBatch, attempts: int, error: str, report: TickReport) -> None:
-        """Dead-letter the batch with its last error; mark it DEAD only once that is confirmed. A
-        batch whose message cannot be built is dead-lettered with its members' positions."""
+        """Dead-letter the batch with its last error and its message as published (its
+        ``traceparent`` included); mark it DEAD only once that is confirmed. A batch whose message
+        cannot be built (or whose members' trace contexts cannot be read) is dead-lettered with
+        its members' positions."""
         now, ack_key = self.clock.now_ms(), self._tracking_key()
         try:
+            traces = self.store.member_trace_contexts([batch.batch_id]).get(batch.batch_id, ())
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                     ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
-                                    shape=self.policy.shape, event_times=self.policy.event_times)
+                                    shape=self.policy.shape, event_times=self.policy.event_times,
+                                    trace_contexts=traces)
             entry = dead_batch_entry(message, attempts, error, now)
         except Exception as build_error:  # noqa: BLE001 - why it died, most likely: the entry holds what is known
             log.warning("dead batch's message not built; dead-lettered without it",

@@ -8,9 +8,11 @@ made only while tracing is on (:func:`consolidator.support.tracing.tracer` is no
   nothing and is ingested as any other;
 - publish: one ``send {destination}`` span (PRODUCER) per batch, a child of the context of the
   batch's first member that has one (batch order), linked to every distinct member context
-  (same bound), with the batch's id, group, size, flush reason, attempt and wait. The
-  message carries the span's ``traceparent`` (:class:`~consolidator.sinks.OutgoingBatch`), so a
-  downstream consumer continues the trace.
+  (same bound), with the batch's id, group, size, flush reason, attempt and wait. When a
+  member has a context the span's id is the one the batch's own ``traceparent`` names (the
+  message's field, :func:`~consolidator.rules.tracecontext.batch_traceparent`; the flush starts
+  the span inside :func:`~consolidator.support.tracing.span_id_of`), so a downstream consumer
+  continues the trace from the message.
 """
 
 from __future__ import annotations

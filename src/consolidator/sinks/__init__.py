@@ -29,9 +29,8 @@ class OutgoingBatch:
     batch_id: str
     group_key: str
     body: bytes
-    # the publish span's W3C context while tracing is on: a Kafka header, an SQS message attribute,
-    # EventBridge's trace header; never in the body (the shipped message schemas and the bytes of a
-    # re-publish stay as they are)
+    # the batch's W3C context: its message's ``traceparent`` when a member had a trace context, else
+    # (tracing on) the publish span's; a Kafka header, an SQS message attribute, EventBridge's trace header
     traceparent: str | None = None
 
 

@@ -9,9 +9,10 @@ A body is measured as it is sent: ``Detail`` is the encoded message itself, so i
 (``measure_body`` is ``len``; the JSON encoder has already escaped quotes, backslashes and
 control characters, and writes every other character as UTF-8).
 
-While tracing is on, an entry carries the publish span's context as its ``TraceHeader`` (the X-Ray
-form of the W3C ``traceparent``, :func:`xray_header`): EventBridge passes it on to the X-Ray
-traces of its targets (not in the event a target receives: the detail is the message, unchanged).
+An entry carries the batch's context (:class:`~consolidator.sinks.OutgoingBatch`) as its
+``TraceHeader`` (the X-Ray form of the W3C ``traceparent``, :func:`xray_header`): EventBridge passes
+it on to the X-Ray traces of its targets, not into the event a target receives; a target reads
+the batch's ``traceparent`` in the detail (the message's own field, when a member had a context).
 """
 
 from __future__ import annotations

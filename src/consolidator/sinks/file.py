@@ -25,7 +25,7 @@ class FileSink:
     path: Path
     max_message_bytes: int = MAX_MESSAGE_BYTES
     measure_body = staticmethod(len)  # the line is the encoded message as it is
-    messaging_system = "file"  # the publish span's messaging.system (the line carries no trace context)
+    messaging_system = "file"  # the publish span's messaging.system (a line is the message: its traceparent field)
 
     @property
     def destination(self) -> str:

@@ -1,6 +1,6 @@
 """Kafka sink (confluent-kafka): idempotent producer, ``acks=all``, key = group key,
-headers ``batch_id`` and, while tracing is on, ``traceparent`` (the publish span's W3C
-context); optional MSK IAM auth (SASL OAUTHBEARER via aws-msk-iam-sasl-signer).
+headers ``batch_id`` and ``traceparent`` (the batch's W3C context, when it has one:
+:class:`~consolidator.sinks.OutgoingBatch`); optional MSK IAM auth (SASL OAUTHBEARER via aws-msk-iam-sasl-signer).
 
 A batch counts as delivered only when its delivery report arrived without error within
 ``flush_timeout_s``. A message still in flight at the timeout is reported as failed; if it

@@ -1,4 +1,5 @@
-"""The trace contexts a batch's members keep (schema 12): read at publish, while tracing is on."""
+"""The trace contexts a batch's members keep (schema 12): read at every publish (a message carries
+its batch's ``traceparent``, a function of them)."""
 
 from __future__ import annotations
 

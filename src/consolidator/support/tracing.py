@@ -13,13 +13,19 @@ the resource (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``) and the batch
 Trace contexts travel as W3C ``traceparent`` / ``tracestate`` (:mod:`consolidator.rules.tracecontext`);
 a span links to at most :data:`MAX_LINKS` contexts (the SDK's default link limit), and the span
 says how many it had (``consolidator.trace.contexts``).
+
+A span started inside :func:`span_id_of` gets the span id given there instead of a random one
+(the publish span of a batch takes the id its message's ``traceparent`` names); the tracer
+installed by :func:`install` generates ids so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from consolidator.rules.errors import ConfigurationError
 from consolidator.rules.tracecontext import (
@@ -34,6 +40,7 @@ EXPORTERS = ("otlp", "console", "none")
 
 _tracer = None  # the SDK tracer while tracing is on
 _provider = None
+_forced_span_id: contextvars.ContextVar[int | None] = contextvars.ContextVar("consolidator_span_id", default=None)
 
 
 class TracingConfigError(ConfigurationError):
@@ -92,7 +99,40 @@ def install(provider) -> None:
     exporter), or turn tracing off (None)."""
     global _tracer, _provider
     _provider = provider
+    if provider is not None and not getattr(provider.id_generator, "forces_span_ids", False):
+        provider.id_generator = _forcing(provider.id_generator)
     _tracer = None if provider is None else provider.get_tracer("consolidator")
+
+
+def _forcing(ids):
+    """An SDK ``IdGenerator`` that gives the span id :func:`span_id_of` set, else what ``ids`` gives."""
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+    class ForcedSpanIds(IdGenerator):
+        forces_span_ids = True
+
+        def generate_span_id(self) -> int:
+            forced = _forced_span_id.get()
+            return ids.generate_span_id() if forced is None else forced
+
+        def generate_trace_id(self) -> int:
+            return ids.generate_trace_id()
+
+        def is_trace_id_random(self) -> bool:
+            return ids.is_trace_id_random()
+
+    return ForcedSpanIds()
+
+
+@contextlib.contextmanager
+def span_id_of(traceparent: str | None) -> Iterator[None]:
+    """Spans started inside get the span id of ``traceparent`` (a valid version-00 one; None:
+    random ids as usual)."""
+    token = _forced_span_id.set(None if traceparent is None else int(traceparent[36:52], 16))
+    try:
+        yield
+    finally:
+        _forced_span_id.reset(token)
 
 
 def flush(timeout_ms: int = 5_000) -> None:

@@ -1,0 +1,130 @@
+"""A published batch carries its own ``traceparent`` in the message itself (so in the file sink's
+line and the EventBridge detail too) when a member had a trace context: the first member's
+trace, the span id of the batch's publish span (a function of the batch id), the same bytes on
+every re-publish whether tracing is on or off; a consumer continues the trace from the message.
+A batch without member contexts carries no field (its bytes are what they were)."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import get_current_span
+from support import record
+from test_flush import POLICY, ingest, make_service
+
+from consolidator.rules.batch import load_schema, schema_name
+from consolidator.sinks import OutgoingBatch
+from consolidator.sinks.eventbridge import EventBridgeSink, xray_header
+from consolidator.support import tracing
+
+TRACE_A, SPAN_A = "a" * 32, "1" * 16
+TRACE_B, SPAN_B = "b" * 32, "2" * 16
+
+
+@pytest.fixture
+def spans():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    yield exporter
+    tracing.install(None)
+
+
+def _records():
+    """Group WH-1: a first member without a context, then A's, then B's; group WH-2: none."""
+    return [
+        record(1, location="WH-1", order="O1", key=b"WH-1"),
+        record(2, location="WH-1", order="O2", key=b"WH-1")._replace(
+            headers=(("traceparent", f"00-{TRACE_A}-{SPAN_A}-01".encode()),)),
+        record(3, location="WH-1", order="O3", key=b"WH-1")._replace(
+            headers=(("traceparent", f"00-{TRACE_B}-{SPAN_B}-01".encode()),)),
+        record(4, location="WH-2", order="O4", key=b"WH-2"),
+    ]
+
+
+class FlakySink:
+    """Refuses every batch of its first call; keeps what each call was given."""
+
+    destination, messaging_system = "batches", "test"
+    max_message_bytes = 1 << 20
+    measure_body = staticmethod(len)
+
+    def __init__(self) -> None:
+        self.calls: list[list[OutgoingBatch]] = []
+
+    def publish(self, batches):
+        self.calls.append(list(batches))
+        return {i: "down (test)" for i in range(len(batches))} if len(self.calls) == 1 else {}
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_republish_sends_the_same_bytes_and_its_span_has_the_same_id(store, clock, tmp_path, spans):
+    ingest(store, clock, _records())
+    clock.advance(POLICY.debounce_ms)
+    sink = FlakySink()
+    tracing.install(None)  # the first publish with tracing off: the bytes do not depend on it
+    make_service(store, sink, clock, tmp_path).tick()
+    first = {b.group_key: b for b in sink.calls[0]}
+    tracing.install(spans_provider := TracerProvider())
+    spans_provider.add_span_processor(SimpleSpanProcessor(spans))
+    clock.advance(POLICY.tick_interval_ms)
+    make_service(store, sink, clock, tmp_path).tick()
+    second = {b.group_key: b for b in sink.calls[1]}
+    assert {k: b.body for k, b in first.items()} == {k: b.body for k, b in second.items()}, \
+        "a re-publish sends the same bytes"
+    assert first["WH-1"].traceparent == second["WH-1"].traceparent, "and the same header"
+    assert first["WH-2"].traceparent is None, "no member context, tracing off: no traceparent anywhere"
+
+    traced, plain = json.loads(second["WH-1"].body), json.loads(second["WH-2"].body)
+    span_id = traced["batch_id"][:16]
+    assert traced["traceparent"] == f"00-{TRACE_A}-{span_id}-01" == second["WH-1"].traceparent
+    assert traced["schema_minor"] == 3 and schema_name(traced) == "1.3"
+    jsonschema.Draft202012Validator(load_schema("1.3"), format_checker=jsonschema.FormatChecker()).validate(traced)
+    assert "traceparent" not in plain and "schema_minor" not in plain and schema_name(plain) == "1"
+    (published,) = [s for s in spans.get_finished_spans() if s.attributes["consolidator.batch.group_key"] == "WH-1"]
+    assert (published.context.trace_id, published.context.span_id) == (int(TRACE_A, 16), int(span_id, 16)), \
+        "the message's traceparent names its publish span"
+
+
+def test_the_eventbridge_detail_carries_it_and_a_consumer_continues_the_trace(store, clock, tmp_path, spans):
+    sent = []
+
+    class Client:
+        def put_events(self, Entries):
+            sent.extend(Entries)
+            return {"Entries": [{"EventId": str(i)} for i in range(len(Entries))]}
+
+    ingest(store, clock, _records())
+    clock.advance(POLICY.debounce_ms)
+    make_service(store, EventBridgeSink("bus", client=Client()), clock, tmp_path).tick()
+    (entry,) = [e for e in sent if json.loads(e["Detail"])["group_key"] == "WH-1"]
+    detail = json.loads(entry["Detail"])
+    assert detail["traceparent"] == f"00-{TRACE_A}-{detail['batch_id'][:16]}-01"
+    assert entry["TraceHeader"] == xray_header(detail["traceparent"])
+
+    consumer = tracing.start_receive_span("bus", 0, 0, "consumers", detail["batch_id"], detail["traceparent"])
+    consumer.end()
+    (publish,) = [s for s in spans.get_finished_spans() if s.name == "send bus"
+                  and s.attributes["consolidator.batch.group_key"] == "WH-1"]
+    assert consumer.parent.span_id == publish.context.span_id and consumer.context.trace_id == int(TRACE_A, 16)
+    continued = get_current_span(tracing.context_of(detail["traceparent"])).get_span_context()
+    assert (continued.trace_id, continued.span_id) == (publish.context.trace_id, publish.context.span_id)
+
+
+def test_a_dead_batch_entry_holds_the_message_as_published(store, clock, tmp_path):
+    ingest(store, clock, _records())
+    clock.advance(POLICY.debounce_ms)
+    sink = FlakySink()  # refuses the first call: with one attempt allowed, both batches die
+    make_service(store, sink, clock, tmp_path, max_attempts=1).tick()
+    published = {b.group_key: json.loads(b.body) for b in sink.calls[0]}
+    dead = [json.loads(line) for line in (tmp_path / "dead.jsonl").read_text().splitlines()]
+    assert {e["batch"]["group_key"]: e["batch"] for e in dead} == published
+    assert "traceparent" in published["WH-1"]
