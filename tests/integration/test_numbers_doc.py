@@ -1,6 +1,6 @@
 """Every example of docs/guide/events.md, "Numbers", as the page writes it (``numbers_doc`` reads the
-table): through the real ingest Lambda handler, on its pipelined path and on its exact path (a
-poison neighbour in the same invocation), then the flush; and through the streaming job's step
+table): through the real ingest Lambda handler, alone and beside a poison neighbour in the same
+invocation, then the flush; and through the streaming job's step
 beside the Lambda path, which must give the same bytes. Integers are classified by their literal
 on every path: ``-9223372036854775809`` and ``100000000000000000000`` are poison, never doubles."""
 
@@ -44,7 +44,7 @@ def _handler(monkeypatch, database_url: str, dead: Path, spec: str):
     return load_handler("ingest").handler
 
 
-@pytest.mark.parametrize("path", ["pipelined", "exact"])
+@pytest.mark.parametrize("path", ["alone", "beside_poison"])
 @pytest.mark.parametrize("example", EXAMPLES, ids=str)
 def test_the_example_through_the_ingest_handler_and_the_flush(example: Example, path, monkeypatch, database_url,
                                                               store, tmp_path):
@@ -52,14 +52,14 @@ def test_the_example_through_the_ingest_handler_and_the_flush(example: Example, 
     handler = _handler(monkeypatch, database_url, dead, SPEC)
     now = int(time.time() * 1000)
     records = example.records("T", timestamp_ms=now)
-    if path == "exact":  # a poison record in the invocation: the exact path decodes every record
+    if path == "beside_poison":  # one bad record never fails its neighbours
         records.append(KafkaRecord("events", 1, 0, now, b"T", b"[]"))
     response = handler(msk_event(records), LocalLambdaContext())
     assert response == {"batchItemFailures": []}
 
     entries = [json.loads(line) for line in dead.read_text().splitlines()] if dead.exists() else []
     poison = [(e["source"]["partition"], e["reason"]) for e in entries]
-    if path == "exact":
+    if path == "beside_poison":
         assert poison.pop() == (1, "not_object")
     sink = FileSink(tmp_path / "out.jsonl")
     FlushService(store, sink, FileDeadLetter(tmp_path / "flush-dead.jsonl"), POLICY,
@@ -84,7 +84,7 @@ def test_the_example_gives_the_same_bytes_on_the_streaming_step_as_on_the_lambda
         assert totals(_in_claim_order([body for *_, body in outcome.lambda_batches])) == example.totals
 
 
-@pytest.mark.parametrize("path", ["pipelined", "exact"])
+@pytest.mark.parametrize("path", ["alone", "beside_poison"])
 def test_a_group_sum_past_the_double_range_in_one_event_is_poison_naming_its_element(path, monkeypatch, database_url,
                                                                                    store, tmp_path):
     """One event whose lines sum past the double range for one sku: poison at ingest with the
@@ -96,7 +96,7 @@ def test_a_group_sum_past_the_double_range_in_one_event_is_poison_naming_its_ele
     records = [KafkaRecord("events", 0, 0, now, b"T", b'{"tenant": "T", "user": "u1", "lines": ['
                            b'{"sku": "a", "amt": 1.7e308}, {"sku": "a", "amt": 1.7e308}]}'),
                KafkaRecord("events", 0, 1, now, b"T", b'{"tenant": "T", "user": "u2", "lines": [{"sku": "a", "amt": 2}]}')]
-    if path == "exact":
+    if path == "beside_poison":
         records.append(KafkaRecord("events", 1, 0, now, b"T", b"[]"))
     assert handler(msk_event(records), LocalLambdaContext()) == {"batchItemFailures": []}
     entries = [json.loads(line) for line in dead.read_text().splitlines()]
