@@ -9,10 +9,8 @@ from __future__ import annotations
 import json
 
 import jsonschema
-import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import get_current_span
 from support import record
 from test_flush import POLICY, ingest, make_service
@@ -24,16 +22,6 @@ from consolidator.support import tracing
 
 TRACE_A, SPAN_A = "a" * 32, "1" * 16
 TRACE_B, SPAN_B = "b" * 32, "2" * 16
-
-
-@pytest.fixture
-def spans():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.install(provider)
-    yield exporter
-    tracing.install(None)
 
 
 def _records():

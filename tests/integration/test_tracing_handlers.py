@@ -11,9 +11,6 @@ import time
 
 import pytest
 import redis
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from support import REDIS_URL, order_value, sql
 from test_ingest_handler import load_handler
@@ -27,16 +24,6 @@ TRACE_A, SPAN_A = "a" * 32, "1" * 16
 TRACE_B, SPAN_B = "b" * 32, "2" * 16
 PARENT_A = f"00-{TRACE_A}-{SPAN_A}-01"
 PARENT_B = f"00-{TRACE_B}-{SPAN_B}-01"
-
-
-@pytest.fixture
-def spans():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.install(provider)
-    yield exporter
-    tracing.install(None)
 
 
 @pytest.fixture

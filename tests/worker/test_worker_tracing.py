@@ -3,26 +3,10 @@ the producer's trace from the Kafka ``traceparent`` header, and the publish span
 
 from __future__ import annotations
 
-import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support import order_value
 from worker_support import running, wait_for
 
-from consolidator.support import tracing
-
 PARENT = f"00-{'d' * 32}-{'4' * 16}-01"
-
-
-@pytest.fixture
-def spans():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.install(provider)
-    yield exporter
-    tracing.install(None)
 
 
 def test_the_worker_continues_the_producers_trace(kafka, topic, worker_env, store, spans):
