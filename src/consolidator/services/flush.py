@@ -293,8 +293,6 @@ class FlushService:
             except Exception as error:  # noqa: BLE001 - this batch only: a failed attempt, retried, then dead
                 self._unbuilt(_Pending(batch, attempt, b""), error, report)
                 continue
-            if message["batch_id"] != batch.batch_id:
-                raise StoreError(f"stored batch id {batch.batch_id} does not match its members")
             pending.append(_Pending(batch, attempt, body, seal, traces, message.get("traceparent")))
         if not pending:
             return
