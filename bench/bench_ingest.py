@@ -51,6 +51,18 @@ COLUMNS = ("bucket, group_key, item_id, pos_key, src_topic, src_partition, src_o
            " first_seen_ms, last_update_ms")
 
 
+def load_data_store(params: ConnectionParams) -> MySQLStore:
+    """A fresh bench database at the current schema (refusing one the bench did not create), with
+    ``LOAD DATA LOCAL INFILE`` allowed for the physical-floor baseline."""
+    recreate_owned_database(params, BENCH_CREATOR, T0)
+    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
+                         autocommit=True) as admin, admin.cursor() as cur:
+        cur.execute("SET GLOBAL local_infile = 1")
+    store = MySQLStore(params, local_infile=True)
+    store.migrate(T0)
+    return store
+
+
 def make_records(n: int, groups: int, seed: int = 7) -> list[KafkaRecord]:
     """``n`` records over ``groups`` groups: 10% repeat an earlier item, 1% replay an earlier record."""
     rng = random.Random(seed)
@@ -206,12 +218,7 @@ def main() -> None:
     args = parser.parse_args()
 
     params = ConnectionParams.from_url(args.database_url)
-    recreate_owned_database(params, BENCH_CREATOR, T0)  # refuses a database the bench did not create
-    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
-                         autocommit=True) as admin, admin.cursor() as cur:
-        cur.execute("SET GLOBAL local_infile = 1")
-    store = MySQLStore(params, local_infile=True)
-    store.migrate(T0)
+    store = load_data_store(params)
 
     records = make_records(args.records, args.groups)
     avro_records = as_avro(records)

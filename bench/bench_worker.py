@@ -32,14 +32,21 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-import pymysql
-from bench_ingest import BENCH_CREATOR, T0, make_records, reset, row_of, run_load_data
+from bench_ingest import (
+    BENCH_CREATOR,
+    T0,
+    load_data_store,
+    make_records,
+    reset,
+    row_of,
+    run_load_data,
+)
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from consolidator.rules.events import KafkaRecord
 from consolidator.services.ingest import build_ingest_service
 from consolidator.settings import WorkerIngestSettings, load_settings
-from consolidator.store.databases import drop_owned_database, recreate_owned_database
+from consolidator.store.databases import drop_owned_database
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 from consolidator.worker.runtime import build_worker
 
@@ -265,12 +272,7 @@ def main() -> None:
     args = parser.parse_args()
 
     params = ConnectionParams.from_url(args.database_url)
-    recreate_owned_database(params, BENCH_CREATOR, T0)  # refuses a database the bench did not create
-    with pymysql.connect(host=params.host, port=params.port, user=params.user, password=params.password,
-                         autocommit=True) as admin, admin.cursor() as cur:
-        cur.execute("SET GLOBAL local_infile = 1")
-    store = MySQLStore(params, local_infile=True)
-    store.migrate(T0)
+    store = load_data_store(params)
     kafka = LocalKafka()
     topic = f"orders-{uuid.uuid4().hex[:6]}"
     started = time.perf_counter()
