@@ -110,6 +110,12 @@ class Monitoring(Construct):
             what="A batch failed max_attempts publishes and went to the dead-letter queue; its rows are unsent.",
         )
         self.alarm(
+            "BatchBuildFailures", Severity.CRITICAL,
+            product_metric("BatchBuildFailures", "flush", env, period=FIVE), threshold=0,
+            what="The flush could not build a batch's message or read its rows (a bug or an unreadable row): "
+                 "that batch is retried each tick and dead-lettered after max_attempts; the log has the traceback.",
+        )
+        self.alarm(
             "RecordsFailed", Severity.CRITICAL, product_metric("RecordsFailed", "ingest", env), threshold=0,
             periods=config.records_failed_minutes,
             what=f"Ingest reported records as failed in each of {config.records_failed_minutes} minutes: the "
