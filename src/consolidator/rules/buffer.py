@@ -28,6 +28,7 @@ from consolidator.rules.policy import (
     GroupStats,
     Policy,
     RateState,
+    expires_at_ms,
     next_due_ms,
     plan_group,
 )
@@ -122,7 +123,7 @@ class PendingBuffer:
         if policy.ttl_ms:
             newest = [m.record_ts_ms for m in self.rows.values() if m.record_ts_ms is not None]
             if newest:
-                wake = min(wake, min(newest) + policy.ttl_ms + 1)
+                wake = min(wake, expires_at_ms(min(newest), policy))
         return max(due, wake)
 
     def plan(self, now_ms: int, policy: Policy, tracked: bool = False) -> GroupPlan[Member]:

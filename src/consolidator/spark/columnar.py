@@ -30,7 +30,15 @@ import pyarrow.compute as pc
 from consolidator.rules.batch import iso_ms
 from consolidator.rules.buffer import BufferedEvent
 from consolidator.rules.events import MAX_QUANTITY, SourcePosition
-from consolidator.rules.policy import FlushReason, Policy
+from consolidator.rules.policy import (
+    FlushReason,
+    Policy,
+    due_at_ms,
+    hard_window_at_ms,
+    idle_at_ms,
+    is_full,
+    next_tick_ms,
+)
 from consolidator.rules.shape import EventView, stored_items
 
 _ID_HEAD = b"consolidator-batch-v25:batch"  # batch.batch_id's version and kind fields
@@ -121,25 +129,20 @@ def _iso(ms: np.ndarray) -> list[str]:
     return [f"{text}Z" for text in np.datetime_as_string(ms.astype("datetime64[ms]"), unit="ms").tolist()]
 
 
-def _ceil_tick(at: np.ndarray, interval: int) -> np.ndarray:
-    return -(-at // interval) * interval
-
-
 def sessions(group: np.ndarray, ts: np.ndarray, policy: Policy) -> np.ndarray:
     """Start indices of the sessions of sorted, replay-free events (see the module docstring)."""
     n = len(ts)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    interval = policy.tick_interval_ms
     breaks = np.ones(n, dtype=bool)
-    breaks[1:] = (group[1:] != group[:-1]) | (ts[1:] > _ceil_tick(ts[:-1] + policy.debounce_ms, interval))
+    breaks[1:] = (group[1:] != group[:-1]) | (ts[1:] > next_tick_ms(idle_at_ms(ts[:-1], policy), policy))
     starts = np.flatnonzero(breaks)
     ends = np.append(starts[1:], n)
-    long = ts[ends - 1] > _ceil_tick(ts[starts] + policy.hard_window_ms, interval)
+    long = ts[ends - 1] > next_tick_ms(hard_window_at_ms(ts[starts], policy), policy)
     extra = []
     for start, end in zip(starts[long].tolist(), ends[long].tolist(), strict=True):
         while True:  # hard-window splits inside one idle segment
-            limit = -(-(int(ts[start]) + policy.hard_window_ms) // interval) * interval
+            limit = next_tick_ms(hard_window_at_ms(int(ts[start]), policy), policy)
             start = start + int(np.searchsorted(ts[start:end], limit, side="right"))
             if start >= end:
                 break
@@ -276,14 +279,16 @@ def plan_sessions(chunk: Chunk, policy: Policy) -> SessionPlan | None:
     row_session = s_o[row_start]
     rows_per_session = np.bincount(row_session, minlength=len(starts))
     full = np.zeros(len(chunk.group_keys), dtype=bool)
-    full[group[starts[rows_per_session >= policy.max_batch_size]]] = True
+    full[group[starts[is_full(rows_per_session, policy)]]] = True
     # claim order inside a session: (first_seen, position)
     claim = np.lexsort((offset[newest], partition[newest], topic[newest], first_seen, row_session))
     ends = np.append(starts[1:], n)
-    hard_at = _ceil_tick(ts[starts] + policy.hard_window_ms, policy.tick_interval_ms)
-    idle_at = _ceil_tick(ts[ends - 1] + policy.debounce_ms, policy.tick_interval_ms)
-    tick = np.minimum(hard_at, idle_at)
-    hard = tick - ts[starts] >= policy.hard_window_ms
+    # a session's flush: the first tick at or after it is due (its oldest row is its first
+    # event, its newest update its last); the reason is the hard window if it has passed then
+    # (a full session's group is handed back, whatever its tick)
+    tick = next_tick_ms(due_at_ms(rows_per_session, ts[starts], ts[ends - 1], policy,
+                                  minimum=np.minimum, where=np.where), policy)
+    hard = tick >= hard_window_at_ms(ts[starts], policy)
     return SessionPlan(keep, group, ts, topic, partition, offset, item, starts, ends, session, newest, first_seen,
                        row_session, rows_per_session, full, claim, tick, hard)
 
