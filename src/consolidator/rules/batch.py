@@ -76,9 +76,31 @@ class Member(NamedTuple):
 NO_EPOCHS: Mapping[str, int] = MappingProxyType({})  # every topic at epoch 0
 
 
+ID_FORMAT = "consolidator-batch-v2"  # the first field of the text a batch id hashes: its version
+
+
 def _field(text: str) -> str:
     """``text`` as a length-prefixed field, ``<bytes>:<text>``, the length that of its UTF-8 bytes."""
     return f"{len(text.encode())}:{text}"
+
+
+def id_head(group_key: str, kind: str = "batch") -> bytes:
+    """The start of the text :func:`batch_id` hashes: the format's version, the kind of record
+    and the group key."""
+    return f"{ID_FORMAT}{_field(kind)}{_field(group_key)}".encode()
+
+
+def topic_fields(topic: str, epoch: int) -> str:
+    """A position's first two fields in the text :func:`batch_id` hashes: its topic and the
+    topic's epoch (the partition and offset fields follow)."""
+    return _field(topic) + _field(str(epoch))
+
+
+def id_of(head: bytes, positions: bytes) -> str:
+    """The batch id of the text ``head`` (:func:`id_head`) then ``positions`` (the sorted
+    positions' fields): 128 bits of its SHA-256, hex. The vectorised engines write ``positions``
+    themselves (:func:`topic_fields`, then the partition and offset fields) and call this."""
+    return hashlib.sha256(head + positions).hexdigest()[:32]
 
 
 def batch_id(group_key: str, positions: Iterable[SourcePosition], epochs: Mapping[str, int] = NO_EPOCHS,
@@ -88,20 +110,20 @@ def batch_id(group_key: str, positions: Iterable[SourcePosition], epochs: Mappin
     reset`` moves a topic's epoch). Every field is length-prefixed (``<bytes>:<UTF-8>``), so no
     two different inputs give the same text, whatever characters a group key holds.
 
-    The hashed text is ``consolidator-batch-v2``, the kind and the group key, then per position
-    its topic, epoch, partition and offset fields. Sorted positions of one partition come
-    together, so that partition's first three fields are formatted once for all of them (the
-    claim computes this id for every flushed row)."""
-    parts = ["consolidator-batch-v2", _field(kind), _field(group_key)]
+    The hashed text is :data:`ID_FORMAT`, the kind and the group key (:func:`id_head`), then per
+    position its topic, epoch (:func:`topic_fields`), partition and offset fields (:func:`id_of`).
+    Sorted positions of one partition come together, so that partition's first three fields are
+    formatted once for all of them (the claim computes this id for every flushed row)."""
+    parts = []
     append = parts.append
     head, topic_of_head, partition_of_head = "", None, None
     for topic, partition, offset in sorted(positions):
         if partition != partition_of_head or topic != topic_of_head:
-            head = _field(topic) + _field(str(epochs.get(topic, 0))) + _field(str(partition))
+            head = topic_fields(topic, epochs.get(topic, 0)) + _field(str(partition))
             topic_of_head, partition_of_head = topic, partition
         digits = str(offset)
         append(f"{head}{len(digits)}:{digits}")
-    return hashlib.sha256("".join(parts).encode()).hexdigest()[:32]
+    return id_of(id_head(group_key, kind), "".join(parts).encode())
 
 
 def ack_token(ack_key: bytes, batch_id: str) -> str:

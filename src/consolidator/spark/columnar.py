@@ -17,7 +17,6 @@ replayed counts (``tests/unit/test_columnar.py``, a property test over random hi
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -27,7 +26,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from consolidator.rules.batch import iso_ms
+from consolidator.rules.batch import id_head, id_of, iso_ms, topic_fields
 from consolidator.rules.buffer import BufferedEvent
 from consolidator.rules.events import MAX_QUANTITY, SourcePosition
 from consolidator.rules.policy import (
@@ -40,8 +39,6 @@ from consolidator.rules.policy import (
     next_tick_ms,
 )
 from consolidator.rules.shape import EventView, stored_items
-
-_ID_HEAD = b"consolidator-batch-v25:batch"  # batch.batch_id's version and kind fields
 
 
 def is_plain(policy: Policy) -> bool:
@@ -312,8 +309,8 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     topic_json = pa.array([orjson.dumps(t).decode() for t in chunk.topics], pa.string()).take(topic_of)
     # batch-id fields (batch.batch_id): length-prefixed topic, epoch (0 here), partition, offset
     lengths = [pc.cast(pc.binary_length(t), pa.string()) for t in texts]
-    topic_fields = pa.array([f"{len(t.encode())}:{t}1:0" for t in chunk.topics], pa.string()).take(topic_of)
-    line = pc.binary_join_element_wise(topic_fields, lengths[0], ":", texts[0], lengths[1], ":", texts[1], "")
+    topic_head = pa.array([topic_fields(t, 0) for t in chunk.topics], pa.string()).take(topic_of)
+    line = pc.binary_join_element_wise(topic_head, lengths[0], ":", texts[0], lengths[1], ":", texts[1], "")
     member_json = pc.binary_join_element_wise('{"offset":', texts[1], ',"partition":', texts[0], ',"topic":',
                                               topic_json, "}", "")
     per_session = pa.array(np.append(0, np.cumsum(rows_per_session)).astype(np.int32))
@@ -342,10 +339,10 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     kept = ~full[group[starts]]
     out = pa.array(np.flatnonzero(kept))
     keys = chunk.group_keys
-    key_fields = [b"%d:%b" % (len(k.encode()), k.encode()) for k in keys]
+    heads = [id_head(k) for k in keys]
     line_bytes = pc.cast(lines.take(out), pa.binary()).to_pylist()
-    ids = pa.array([hashlib.sha256(b"%b%b%b" % (_ID_HEAD, key_fields[g], line)).hexdigest()[:32]
-                    for g, line in zip(group[starts[kept]].tolist(), line_bytes, strict=True)], pa.string())
+    ids = pa.array([id_of(heads[g], line) for g, line in zip(group[starts[kept]].tolist(), line_bytes, strict=True)],
+                   pa.string())
     item_json = pa.array([orjson.dumps(name).decode() for name in chunk.item_ids], pa.string())
     item_ids = _joined(np.asarray(item_rows_of), item_json.take(item[chosen]), ",").take(out)
     entries = pc.binary_join_element_wise('{"quantity":', pc.cast(pa.array(totals.quantity), pa.string()),
