@@ -56,7 +56,7 @@ class Policy:
     hard_window_ms: int = 1_800_000
     max_batch_size: int = 500
     tick_interval_ms: int = 30_000
-    max_batch_bytes: int | None = None  # encoded message cap; a claim is split to fit (batch.split_to_fit)
+    max_batch_bytes: int | None = None  # encoded message cap; a claim is split to fit (split.split_to_fit)
     # how the sink counts a message body against ``max_batch_bytes`` (the sink's ``measure_body``):
     # the encoded bytes as they are, or as the sink writes them (SQS escapes some characters)
     measure_body: Callable[[bytes], int] = len

@@ -325,7 +325,7 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     item_rows_of = np.append(0, np.cumsum(np.bincount(session[chosen], minlength=len(starts)))).tolist()
     sessions_count = len(starts)
     # rows that are not their item's newest (an item in two month buckets): they count toward the
-    # int64 bound below, as batch.bounded_prefix counts every member of a claim
+    # int64 bound below, as split.bounded_prefix counts every member of a claim
     older = newest[by_item[~last_of_item]]
     older_total = np.zeros(sessions_count, dtype=object)
     for s, text in zip(session[older].tolist(), chunk.items.take(keep[older]).to_pylist(), strict=True):

@@ -13,7 +13,7 @@ without building the message dict. Each member's event is parsed and its payload
 A group is handed back to :func:`replay.simulate` (the reference) when one of its sessions
 reaches ``max_batch_size`` rows, or when an output of a session might leave its bounds (int64,
 the double range) on some prefix of its claim (the bound of :mod:`consolidator.rules.shape_bounds`;
-there :func:`consolidator.rules.batch.fit_claims` may split it).
+there :func:`consolidator.rules.split.fit_claims` may split it).
 
 Guarantee: exactly :func:`replay.simulate_group`'s batches, members, messages and latencies
 (``tests/unit/test_columnar_shape.py``, a property test over random shapes and histories).

@@ -156,7 +156,7 @@ class PendingTable:
         for g in np.flatnonzero(due):
             first = int(starts[g])
             members = [m for _, _, m in _members(self.table.slice(first, int(counts[g])))]
-            # split where a sum would pass int64 (batch.fitting_prefix)
+            # split where a sum would pass int64 (split.fitting_prefix)
             plan = plan_group(keys[g], members, now_ms, policy, split=claim_split(keys[g], now_ms, policy, tracked))
             if plan.claims:
                 row_of = {m.position: first + i for i, m in enumerate(members)}
