@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from consolidator.rules.batch import Member, build_message
 from consolidator.rules.buffer import BufferedEvent, PendingBuffer
 from consolidator.rules.deadletter import expired_entry
-from consolidator.rules.policy import FlushReason, Policy, next_tick_ms
+from consolidator.rules.policy import FlushReason, Policy, is_expired, next_tick_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +55,7 @@ class GroupReplay:
 def is_late(member: Member, policy: Policy) -> bool:
     """Whether ``member``'s newest event was already older than the TTL when its row first
     appeared (a late arrival: only an event time field makes one possible)."""
-    return bool(policy.ttl_ms) and member.record_ts_ms is not None and \
-        member.first_seen_ms - member.record_ts_ms > policy.ttl_ms
+    return is_expired(member.record_ts_ms, member.first_seen_ms, policy)
 
 
 def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Policy) -> GroupReplay:

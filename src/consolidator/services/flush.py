@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from consolidator.rules.batch import MessageOptions, build_message, encode
+from consolidator.rules.batch import build_message, encode
 from consolidator.rules.clock import Clock
 from consolidator.rules.deadletter import dead_batch_entry, unbuilt_batch_entry
 from consolidator.rules.errors import LockUnavailable, StoreError, StoreRefused, StoreUnavailable
@@ -39,6 +39,7 @@ from consolidator.rules.policy import (
     due_groups,
     expiry_cutoff_ms,
 )
+from consolidator.rules.split import MessageOptions
 from consolidator.rules.tracecontext import TraceContext
 from consolidator.services.due import DueGroup, due_groups_now, rate_limits
 from consolidator.services.expiry import Expiry

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from consolidator.rules.batch import Member, build_message, encode, fit_claims
+from consolidator.rules.batch import Member, build_message, encode
 from consolidator.rules.buffer import BufferedEvent
 from consolidator.rules.deadletter import poison_entry
 from consolidator.rules.events import (
@@ -40,6 +40,7 @@ from consolidator.rules.policy import (
     plan_batches,
 )
 from consolidator.rules.simulation import GroupReplay, ReplayBatch, simulate_group
+from consolidator.rules.split import fit_claims
 from consolidator.support.collector import collector_paused
 
 
