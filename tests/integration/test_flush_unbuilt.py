@@ -21,7 +21,7 @@ from consolidator.sinks.deadletter import FileDeadLetter
 
 SHAPE = Shape(parse_outputs('[{"name": "total", "op": "sum", "path": "amount"}]'))
 NAMES = FieldNames(group_key="tenant", item_id="user", shape=SHAPE)
-SHAPED = Policy(debounce_ms=1_000, hard_window_ms=10_000, max_batch_size=100, tick_interval_ms=1_000, shape=SHAPE)
+SHAPED = Policy(debounce_ms=1_000, hard_window_ms=10_000, max_batch_size=100, tick_interval_ms=1_000)
 
 
 class Metrics:
@@ -54,7 +54,7 @@ def test_two_sums_past_the_double_range_split_the_claim_and_every_group_is_publi
                                             ("T1", "c", b"1"), ("T2", "d", b"2.5"), ("T3", "e", b"-1.7e308")])
     clock.advance(SHAPED.debounce_ms)
     sink = RecordingSink(tmp_path / "out.jsonl")
-    report = FlushService(store, sink, FileDeadLetter(tmp_path / "dead.jsonl"), SHAPED, clock).tick()
+    report = FlushService(store, sink, FileDeadLetter(tmp_path / "dead.jsonl"), SHAPED, clock, NAMES).tick()
 
     assert (report.publish_failures, report.build_failures, report.dead) == (0, 0, 0)
     totals = sorted((m["group_key"], m["item_ids"], m["aggregates"]["total"]) for m in sink.messages())

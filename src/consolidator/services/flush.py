@@ -31,6 +31,7 @@ from consolidator.rules.batch import MessageOptions, build_message, encode
 from consolidator.rules.clock import Clock
 from consolidator.rules.deadletter import dead_batch_entry, unbuilt_batch_entry
 from consolidator.rules.errors import LockUnavailable, StoreError, StoreRefused, StoreUnavailable
+from consolidator.rules.events import DEFAULT_NAMES, FieldNames
 from consolidator.rules.policy import (
     FlushReason,
     GroupStats,
@@ -80,6 +81,7 @@ class FlushService:
     dead_letter: DeadLetter
     policy: Policy
     clock: Clock
+    names: FieldNames = DEFAULT_NAMES  # the events' field names: the messages take their shape and event times
     max_attempts: int = 5
     max_rows_per_tick: int = 20_000
     metrics: MetricsRecorder = field(default_factory=NoMetrics)
@@ -181,7 +183,7 @@ class FlushService:
         tick.cutoff = expiry_cutoff_ms(tick.now, self.policy)
         step = ClaimStep(self.store, self.policy, self.metrics, self._epochs, self._expiry,
                          lambda batches: self._deliver(batches, report), self.publish_chunk,
-                         MessageOptions.of(self.policy, self.completion_tracking))
+                         MessageOptions.of(self.policy, self.completion_tracking, shape=self.names.shape))
         for stat, reason in due_groups(stats, tick.now, self.policy):
             group = Group(stat.group_key, reason, stat.pending, self._limit(limits, stat.group_key),
                           self.policy.max_batch_size)
@@ -286,7 +288,7 @@ class FlushService:
             try:
                 message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                         ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
-                                        shape=self.policy.shape, event_times=self.policy.event_times,
+                                        shape=self.names.shape, event_times=self.names.event_times,
                                         trace_contexts=traces)
                 body = encode(message)
                 seal = SealedBatch.of_message(message) if self.completion_tracking else None
@@ -409,7 +411,7 @@ class FlushService:
             traces = self.store.member_trace_contexts([batch.batch_id]).get(batch.batch_id, ())
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                     ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
-                                    shape=self.policy.shape, event_times=self.policy.event_times,
+                                    shape=self.names.shape, event_times=self.names.event_times,
                                     trace_contexts=traces)
             entry = dead_batch_entry(message, attempts, error, now)
         except Exception as build_error:  # noqa: BLE001 - why it died, most likely: the entry holds what is known
