@@ -11,7 +11,8 @@ import orjson
 from support import record, sql
 from test_flush import POLICY, RecordingSink, ingest, orders
 
-import consolidator.services.flush as flush_module
+import consolidator.services.flush_failures as failures_module
+import consolidator.services.flush_publish as publish_module
 from consolidator.rules.events import FieldNames
 from consolidator.rules.policy import Policy
 from consolidator.rules.shape import Shape, parse_outputs
@@ -97,14 +98,15 @@ def test_a_stored_row_this_code_cannot_read_fails_its_group_only_and_goes_dead(s
 def test_a_message_that_cannot_be_built_is_a_failed_attempt_then_a_dead_batch(store, clock, tmp_path, monkeypatch):
     """An unexpected error building WH-1's message (injected): the batch counts a failed attempt
     per tick, is dead-lettered with its members after ``max_attempts``; WH-0 and WH-2 are sent."""
-    real = flush_module.build_message
+    real = publish_module.build_message
 
     def build_message(group_key, *args, **kwargs):
         if group_key == "WH-1":
             raise RuntimeError("cannot build this one")
         return real(group_key, *args, **kwargs)
 
-    monkeypatch.setattr(flush_module, "build_message", build_message)
+    monkeypatch.setattr(publish_module, "build_message", build_message)
+    monkeypatch.setattr(failures_module, "build_message", build_message)
     ingest(store, clock, orders(6, groups=3))
     clock.advance(POLICY.debounce_ms)
     sink, dead_letter = RecordingSink(tmp_path / "out.jsonl"), FileDeadLetter(tmp_path / "dead.jsonl")
