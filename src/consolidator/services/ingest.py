@@ -119,10 +119,12 @@ class IngestService:
         Raises :class:`DeliveryError` only when a piece without a readable position could not be
         dead-lettered: Lambda cannot be told about it, so the whole invocation fails and is
         retried (nothing has been stored by then). While tracing is on the call is one span
-        (:func:`~consolidator.services.spans.ingest_span`)."""
+        (:func:`~consolidator.services.spans.ingest_span`). The cyclic garbage collector is paused
+        over the call (:mod:`consolidator.support.collector`)."""
         if tracing.tracer() is None:
-            return self._ingest(records, rejected)
-        with ingest_span(records, self.consumer_group) as span:
+            with collector_paused():
+                return self._ingest(records, rejected)
+        with collector_paused(), ingest_span(records, self.consumer_group) as span:
             outcome = self._ingest(records, rejected)
             span.set_attributes({"consolidator.ingest.stored": outcome.stored,
                                  "consolidator.ingest.dead_lettered": outcome.dead_lettered,
