@@ -30,7 +30,8 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from consolidator.services.panels import CLOUDWATCH_STATS, PANELS, Series
-from consolidator_infra.config import AlarmConfig, DatabaseConfig, FunctionsConfig, PolicyConfig
+from consolidator_infra.config import AlarmConfig, DatabaseConfig, FunctionsConfig
+from consolidator_infra.config_policy import PolicyConfig
 
 NAMESPACE = "Consolidator"
 MINUTE = Duration.minutes(1)

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from consolidator.rules.shape import REFERENCE_SHAPE, Shape
-
 
 class FlushReason(StrEnum):
     IDLE = "idle"
@@ -63,8 +61,6 @@ class Policy:
     rate_limit: RateLimit | None = None  # the default of every group; None: unlimited
     ttl_ms: int = 0  # event time-to-live; 0: off (the deployed setting defaults to 6 h)
     rate_overrides: tuple[tuple[str, RateLimit], ...] = ()  # per group, win over ``rate_limit``
-    shape: Shape = REFERENCE_SHAPE  # the messages' event shape (consolidator.rules.shape); the reference: version 1
-    event_times: bool = False  # an event time field is configured: the messages' event times are the rows' record_ts_ms
 
     def __post_init__(self) -> None:
         if min(self.debounce_ms, self.hard_window_ms, self.max_batch_size, self.tick_interval_ms) <= 0:

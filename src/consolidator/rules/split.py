@@ -41,9 +41,11 @@ class MessageOptions:
     measure: Callable[[bytes], int] = len
 
     @classmethod
-    def of(cls, policy: Policy, tracked: bool = False, rate_limited: bool = False) -> MessageOptions:
-        """The options of ``policy``'s messages: its shape and how its sink counts a body."""
-        return cls(policy.shape, tracked, rate_limited, policy.measure_body)
+    def of(cls, policy: Policy, tracked: bool = False, rate_limited: bool = False, *,
+           shape: Shape = REFERENCE_SHAPE) -> MessageOptions:
+        """The options of ``policy``'s messages of event shape ``shape`` (the field names'):
+        how its sink counts a body."""
+        return cls(shape, tracked, rate_limited, policy.measure_body)
 
 
 PLAIN = MessageOptions()
@@ -194,12 +196,12 @@ def split_to_fit(
 
 def fit_claims(
     group_key: str, claims: Sequence[tuple[FlushReason, Sequence[Member]]], flushed_at_ms: int, policy: Policy,
-    tracked: bool = False,
+    tracked: bool = False, *, shape: Shape = REFERENCE_SHAPE,
 ) -> list[tuple[FlushReason, list[Member]]]:
     """:func:`~consolidator.rules.policy.plan_batches` claims split under ``policy.max_batch_bytes`` and
     so that their sums stay within bounds (:func:`fitting_prefix`), the size counted as
-    ``policy.measure_body`` counts a body, with the policy's shape, ``held_back_ms`` when the
+    ``policy.measure_body`` counts a body, with the event shape ``shape``, ``held_back_ms`` when the
     group has a rate limit, and the tracking fields."""
-    options = MessageOptions.of(policy, tracked, policy.limit_for(group_key) is not None)
+    options = MessageOptions.of(policy, tracked, policy.limit_for(group_key) is not None, shape=shape)
     return [(reason, batch) for reason, members in claims
             for batch in split_to_fit(group_key, members, reason, flushed_at_ms, policy.max_batch_bytes, options)]

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from consolidator.rules.batch import id_head, id_of, iso_ms, topic_fields
 from consolidator.rules.buffer import BufferedEvent
-from consolidator.rules.events import MAX_QUANTITY, SourcePosition
+from consolidator.rules.events import MAX_QUANTITY, FieldNames, SourcePosition
 from consolidator.rules.policy import (
     FlushReason,
     Policy,
@@ -41,11 +41,16 @@ from consolidator.rules.policy import (
 from consolidator.rules.shape import EventView, stored_items
 
 
-def is_plain(policy: Policy) -> bool:
-    """The columnar path models this policy (no rate limit, TTL, byte cap or generic shape: it
-    writes the version 1 message itself)."""
+def is_plain(policy: Policy, names: FieldNames) -> bool:
+    """The columnar path models this policy for events read with ``names`` (no rate limit, TTL,
+    byte cap, generic shape or event time field: it writes the version 1 message itself)."""
+    return is_plain_policy(policy) and names.shape.is_reference and not names.event_times
+
+
+def is_plain_policy(policy: Policy) -> bool:
+    """No rate limit, TTL or byte cap: what the columnar paths model, whatever the shape."""
     return (policy.rate_limit is None and not policy.rate_overrides and not policy.ttl_ms
-            and policy.max_batch_bytes is None and policy.shape.is_reference and not policy.event_times)
+            and policy.max_batch_bytes is None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,16 +21,15 @@ Guarantee: exactly :func:`replay.simulate_group`'s batches, members, messages an
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from consolidator.rules.batch import id_head, id_of, topic_fields
+from consolidator.rules.events import FieldNames
 from consolidator.rules.policy import Policy
-from consolidator.rules.shape import REFERENCE_SHAPE, EventView, Shape, payload_of, reduce_values
+from consolidator.rules.shape import EventView, Shape, payload_of, reduce_values
 from consolidator.rules.shape_bounds import (
     DOUBLE_SAFE,
     bound_weights,
@@ -42,16 +41,17 @@ from consolidator.spark.columnar import (
     BATCH_SCHEMA,
     Chunk,
     _iso,
-    is_plain,
+    is_plain_policy,
     plan_sessions,
 )
 
 _SORTED = orjson.OPT_SORT_KEYS
 
 
-def is_plain_shaped(policy: Policy) -> bool:
-    """A plain policy (no rate limit, TTL or byte cap) with a generic event shape."""
-    return not policy.shape.is_reference and is_plain(dataclasses.replace(policy, shape=REFERENCE_SHAPE))
+def is_plain_shaped(policy: Policy, names: FieldNames) -> bool:
+    """A plain policy (no rate limit, TTL or byte cap) for events read with ``names``: a generic
+    event shape, no event time field."""
+    return not names.shape.is_reference and is_plain_policy(policy) and not names.event_times
 
 
 def _aggregates(shape: Shape, looked: list[list]) -> dict[str, object]:
@@ -81,12 +81,12 @@ def _kept(chunk: Chunk, rows: np.ndarray, shape: Shape) -> list[tuple[str | None
     return kept
 
 
-def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[int]]:
+def simulate_chunk_shaped(chunk: Chunk, policy: Policy, names: FieldNames) -> tuple[pa.RecordBatch, set[int]]:
     """Batches (:data:`~consolidator.spark.columnar.BATCH_SCHEMA`, version 2 bodies) of every group
-    of ``chunk`` this path can simulate under ``policy`` (plain, with a shape), in group then
-    flush order, and the groups (indices) it hands back to :func:`replay.simulate`."""
-    shape = policy.shape
-    assert not shape.is_reference and is_plain_shaped(policy)
+    of ``chunk`` this path can simulate under ``policy`` (plain) and the shape of ``names``, in group
+    then flush order, and the groups (indices) it hands back to :func:`replay.simulate`."""
+    shape = names.shape
+    assert not shape.is_reference and is_plain_shaped(policy, names)
     plan = plan_sessions(chunk, policy)
     if plan is None:
         return pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA), set()
