@@ -98,7 +98,7 @@ def _header_bytes(raw: list, index: int, name: str) -> bytes:
     try:
         return bytes(raw)  # unsigned bytes
     except ValueError:
-        if not -128 <= min(raw) and max(raw) <= 255:
+        if not (-128 <= min(raw) and max(raw) <= 255):
             raise _Bad(f"headers[{index}][{echoed(name)}] must be a list of bytes") from None
         return bytes(b & 0xFF for b in raw)  # signed (Java) bytes
 
