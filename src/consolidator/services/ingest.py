@@ -314,5 +314,6 @@ def build_ingest_service(settings, metrics: MetricsRecorder | None = None, clock
         clock=clock or SystemClock(),
         metrics=metrics or NoMetrics(),
         values=settings.value_decoder(),
-        consumer_group=getattr(settings, "kafka_group_id", None),  # the worker's; Lambda's mapping names none
+        # the worker's own group; the function's is its event source mapping's, as the stack sets it
+        consumer_group=getattr(settings, "kafka_group_id", None) or getattr(settings, "consumer_group", None),
     )
