@@ -283,7 +283,10 @@ def test_an_ingest_rolled_back_by_a_deadlock_runs_again_after_a_jittered_pause(s
     stubborn.close()
 
 
-def test_an_msk_event_is_decoded_with_the_collector_paused_and_left_with_it_on(service, store, monkeypatch):
+@pytest.mark.parametrize("entry", ["msk_event", "records"])
+def test_records_are_decoded_with_the_collector_paused_and_left_with_it_on(service, store, monkeypatch, entry):
+    """Through the Lambda's MSK event and through ``ingest`` itself, as the worker's writer and
+    ``ingest --file`` call it: the records and their events are trees, no cycles."""
     import gc
 
     from consolidator.services import ingest as ingest_module
@@ -298,6 +301,9 @@ def test_an_msk_event_is_decoded_with_the_collector_paused_and_left_with_it_on(s
     monkeypatch.setattr(ingest_module, "decode_event", watched)
     assert gc.isenabled()
     records = [record(i, order=f"A{i:03d}") for i in range(4)]
-    assert service.handle_msk_event(msk_event(records)) == {"batchItemFailures": []}
+    if entry == "msk_event":
+        assert service.handle_msk_event(msk_event(records)) == {"batchItemFailures": []}
+    else:
+        assert service.ingest(records).failed == []
     assert seen == [False] * 4 and gc.isenabled()
     assert len(sql(store, "SELECT id FROM buffer_rows")) == 4

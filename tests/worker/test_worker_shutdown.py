@@ -118,3 +118,25 @@ def test_a_second_signal_exits_at_once_and_nothing_is_lost(kafka, topic, worker_
                  "every record, from the next worker")
         wait_for(lambda: kafka.committed(group, topic) == _ends(kafka, topic), 10, "the commits to the end")
     assert_committed_durable(kafka, group, topic, store, tmp_path / "dead.jsonl")
+
+
+def test_sigterm_while_it_starts_exits_0_at_once(worker_env, db_proxy):
+    """Stopped while it reads its database secret from an endpoint that hangs (a pod stopped as
+    it starts): nothing was fetched, so it exits 0 at once instead of dying by the signal."""
+    env = {**{k: v for k, v in worker_env.items() if k != "CONSOLIDATOR_DATABASE_URL"},
+           "CONSOLIDATOR_DATABASE_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:db-AbCdEf",
+           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{db_proxy.port}", "AWS_DEFAULT_REGION": "eu-west-1",
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    db_proxy.set("blackhole")
+    with worker_process(env, "--role", "ingest") as process:
+        wait_for(lambda: db_proxy.connections > 0 or process.poll() is not None, 30,
+                 "the worker to ask for its secret")
+        assert process.poll() is None, process.communicate()
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=30)
+        took = time.monotonic() - sent
+    assert process.returncode == 0, stderr
+    assert took < 2, f"the stop took {took:.1f} s"
+    assert "stop requested while starting; nothing fetched yet: exiting" in \
+        [line["message"] for line in log_lines(stdout)]

@@ -102,6 +102,12 @@ class TcpProxy:
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
+    @property
+    def connections(self) -> int:
+        """Connections open through the proxy now."""
+        with self._lock:
+            return len(self._open) // 2
+
     def set(self, mode: str) -> None:
         self.mode = mode
         if mode == "refuse":

@@ -44,12 +44,13 @@ def worker(
     """Run the long-running worker: consume the source topics in a consumer group into the buffer
     (the ingest function's rules), and flush due groups on the tick schedule under the Redis lock
     (the flush function's). Logs JSON lines on stdout. SIGTERM or SIGINT stops it cleanly within
-    CONSOLIDATOR_WORKER_SHUTDOWN_SECONDS (exit 0); a second signal exits at once. Exit 1 when a
-    part of it failed, 2 on a configuration error."""
+    CONSOLIDATOR_WORKER_SHUTDOWN_SECONDS (exit 0; at once while it starts); a second signal exits at
+    once. Exit 1 when a part of it failed, 2 on a configuration error."""
     from consolidator.worker import runtime, signals
 
     settings = load_settings(MODELS[role])
     _json_logs()
+    signals.exit_while_starting()
     running = runtime.build_worker(settings, role)
     signals.install(running.request_stop)
     code = running.run()

@@ -122,16 +122,19 @@ class IngestService:
         Raises :class:`DeliveryError` only when a piece without a readable position could not be
         dead-lettered: Lambda cannot be told about it, so the whole invocation fails and is
         retried (nothing has been stored by then). While tracing is on the call is one span
-        (:func:`~consolidator.services.spans.ingest_span`)."""
+        (:func:`~consolidator.services.spans.ingest_span`). The cyclic garbage collector is paused
+        over the call (:mod:`consolidator.support.collector`)."""
         if tracing.tracer() is None:
-            return self._ingest(records, rejected)
-        contexts = record_contexts(records)  # read once: the span's parent and links, each event's trace
-        with ingest_span(records, contexts, self.consumer_group) as span:
-            outcome = self._ingest(records, rejected, contexts)
-            span.set_attributes({"consolidator.ingest.stored": outcome.stored,
-                                 "consolidator.ingest.dead_lettered": outcome.dead_lettered,
-                                 "consolidator.ingest.failed": len(outcome.failed)})
-            return outcome
+            with collector_paused():
+                return self._ingest(records, rejected)
+        with collector_paused():
+            contexts = record_contexts(records)  # read once: the span's parent and links, each event's trace
+            with ingest_span(records, contexts, self.consumer_group) as span:
+                outcome = self._ingest(records, rejected, contexts)
+                span.set_attributes({"consolidator.ingest.stored": outcome.stored,
+                                     "consolidator.ingest.dead_lettered": outcome.dead_lettered,
+                                     "consolidator.ingest.failed": len(outcome.failed)})
+                return outcome
 
     def _ingest(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected],
                 contexts: Sequence[TraceContext | None] | None = None) -> IngestOutcome:

@@ -4,10 +4,12 @@ A flush claim reads up to ``max_batch_size`` rows and parses each row's stored J
 and lists (a generic shape's ~1 KB event is a dozen containers): trees, never cycles, freed by
 reference counting as soon as their batch is delivered. Every collection that runs meanwhile
 traverses them all again; on bench-flush's generic drain that was about a third of the
-flusher's CPU per row (the default shape: about a fifth). An ingest invocation is the same: its
+flusher's CPU per row (the default shape: about a fifth). An ingest call is the same: its
 records and their parsed events, up to the MSK batch size (pausing it took ingest from 11,900
-to 19,500 generic records/s, and from 30,500 to 38,700 orders/s, best of three, alternated), and so
-is a Spark replay's chunk of parsed events (spark/replay.py)."""
+to 19,500 generic records/s, and from 30,500 to 38,700 orders/s, best of three, alternated); in the
+worker, the records its poll thread fetches meanwhile are held too (pausing over each write took
+bench-worker's worker from about 0.85x to about 0.95x the ingest service); and so is a Spark
+replay's chunk of parsed events (spark/replay.py)."""
 
 from __future__ import annotations
 
