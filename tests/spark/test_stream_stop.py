@@ -17,6 +17,9 @@ from test_streaming import now_ms, order, read_lines
 pytestmark = pytest.mark.spark
 
 CLI = [sys.executable, "-c", "from consolidator.cli import app; app(prog_name='consolidator')"]
+# Well above an empty micro-batch's time (0.6-1.5 s on a loaded 2-core machine): with 1 s, the
+# micro-batches ran back to back there and a stop waited up to 9 s for the gap between two of them
+TRIGGER_MS = "3000"
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
@@ -29,11 +32,12 @@ def test_stream_stops_after_its_micro_batch_and_names_the_offsets(tmp_path, how)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONSOLIDATOR_")} | {
         "PYSPARK_PYTHON": sys.executable}
     # a trigger well above a micro-batch's time leaves a gap between micro-batches for the stop
-    # (back to back, the stop can fall on the next one's planning: see consolidator.spark.stop)
+    # (back to back, the stop can fall on the next one's planning: see consolidator.spark.stop;
+    # and it waits for a gap, which back-to-back micro-batches seldom leave)
     process = subprocess.Popen(
         [*CLI, "spark", "stream", "--input", str(inbox), "--checkpoint", str(tmp_path / "ckpt"),
          "--sink-url", f"file://{out}", "--dead-letter-url", f"file://{tmp_path / 'dead.jsonl'}",
-         "--trigger-ms", "1000", "--debounce-seconds", "0.5"],
+         "--trigger-ms", TRIGGER_MS, "--debounce-seconds", "0.5"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 400

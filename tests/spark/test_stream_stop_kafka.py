@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from test_stream_stop import TRIGGER_MS
 from test_streaming import read_lines
 
 pytestmark = pytest.mark.spark
@@ -40,7 +41,7 @@ def test_the_stop_line_names_the_topic_and_its_offsets(tmp_path):
         stream = subprocess.Popen(
             [*CLI, "spark", "stream", "--bootstrap-servers", bootstrap, "--topic", "orders", "--source", "python",
              "--checkpoint", str(tmp_path / "ckpt"), "--sink-url", f"file://{out}",
-             "--dead-letter-url", f"file://{tmp_path / 'dead.jsonl'}", "--trigger-ms", "1000",
+             "--dead-letter-url", f"file://{tmp_path / 'dead.jsonl'}", "--trigger-ms", TRIGGER_MS,
              "--debounce-seconds", "0.5"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
         deadline = time.monotonic() + 400
