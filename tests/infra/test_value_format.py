@@ -17,18 +17,46 @@ SECRET = "arn:aws:secretsmanager:eu-west-1:111111111111:secret:registry-AbCdEf"
 URL = "https://psrc-1.eu-west-1.aws.confluent.cloud"
 
 
-def _synth(tmp_path, name: str, schema_registry: dict):
+CONFLUENT = {"value_format": "avro", "confluent_url": "https://registry.internal.example:8081",
+             "confluent_secret_arn": SECRET}
+NARROW = CONFLUENT | {"subjects": ["orders-value", "orders-v2-value"]}
+#: environment name -> its msk.schema_registry; every one is synthesized (module fixture below)
+REGISTRIES = {
+    "esm": {"value_format": "protobuf", "decode_in": "event_source_mapping", "glue_registry_arn": GLUE},
+    "glue": {"value_format": "avro", "glue_registry_arn": GLUE},
+    "fn": CONFLUENT,
+    "narrow": NARROW,
+    "narrow-cidr": NARROW | {"confluent_cidr": "192.168.7.0/24"},
+}
+
+
+@pytest.fixture(scope="module")
+def synthesized_registries(tmp_path_factory) -> dict:
+    """Environment name -> (stack, template), every environment of :data:`REGISTRIES` a stage of
+    one app synthesized once (a synth of its own took 4-7 s per test; the tests only read them)."""
     from app import create_app
     from aws_cdk.assertions import Template
     from consolidator_infra.stage import ConsolidatorStage
 
-    config = load_environment(name, _write(tmp_path, name, msk__schema_registry=schema_registry))
-    app = create_app(outdir=str(tmp_path / "cdk.out"))
-    stage = ConsolidatorStage(app, config)
+    directory = tmp_path_factory.mktemp("registries")
+    app = create_app(outdir=str(directory / "cdk.out"))
+    stages = {name: ConsolidatorStage(app, load_environment(name, _write(directory, name,
+                                                                         msk__schema_registry=registry)))
+              for name, registry in REGISTRIES.items()}
     assembly = app.synth()
-    artifact = assembly.get_nested_assembly(stage.artifact_id).get_stack_artifact(stage.stack.artifact_id)
-    _no_nag_findings(stage.stack)
-    return stage.stack, Template.from_json(artifact.template)
+    return {name: (stage.stack, Template.from_json(
+                assembly.get_nested_assembly(stage.artifact_id).get_stack_artifact(stage.stack.artifact_id).template))
+            for name, stage in stages.items()}
+
+
+@pytest.fixture
+def synthesized_registry(synthesized_registries):
+    """The (stack, template) of one environment of :data:`REGISTRIES`; no cdk-nag finding on it."""
+    def get(name: str):
+        stack, template = synthesized_registries[name]
+        _no_nag_findings(stack)
+        return stack, template
+    return get
 
 
 def _no_nag_findings(stack) -> None:
@@ -52,9 +80,8 @@ def _ingest(stack, template):
     return mapping, function["Environment"]["Variables"], statements
 
 
-def test_the_mapping_decodes_with_glue_and_hands_the_function_json(tmp_path):
-    stack, template = _synth(tmp_path, "esm", {"value_format": "protobuf", "decode_in": "event_source_mapping",
-                                               "glue_registry_arn": GLUE})
+def test_the_mapping_decodes_with_glue_and_hands_the_function_json(synthesized_registry):
+    stack, template = synthesized_registry("esm")
     mapping, variables, _ = _ingest(stack, template)
     assert mapping["AmazonManagedKafkaEventSourceConfig"]["SchemaRegistryConfig"] == {
         "EventRecordFormat": "JSON", "SchemaRegistryURI": GLUE, "SchemaValidationConfigs": [{"Attribute": "VALUE"}]}
@@ -63,8 +90,8 @@ def test_the_mapping_decodes_with_glue_and_hands_the_function_json(tmp_path):
     assert "CONSOLIDATOR_VALUE_FORMAT" not in variables  # the function reads the JSON it is handed
 
 
-def test_the_function_decodes_with_glue_reading_only_that_registrys_schemas(tmp_path):
-    stack, template = _synth(tmp_path, "glue", {"value_format": "avro", "glue_registry_arn": GLUE})
+def test_the_function_decodes_with_glue_reading_only_that_registrys_schemas(synthesized_registry):
+    stack, template = synthesized_registry("glue")
     _, variables, statements = _ingest(stack, template)
     assert (variables["CONSOLIDATOR_VALUE_FORMAT"], variables["CONSOLIDATOR_GLUE_REGISTRY_NAME"]) == ("avro", "shop")
     [glue] = [s for s in statements if s.get("Sid") == "ReadSchemaVersions"]
@@ -72,10 +99,9 @@ def test_the_function_decodes_with_glue_reading_only_that_registrys_schemas(tmp_
     assert glue["Resource"] == [GLUE, "arn:aws:glue:eu-west-1:111111111111:schema/shop/*"]
 
 
-def test_the_function_decodes_with_a_confluent_registry_and_reads_its_secret(tmp_path):
+def test_the_function_decodes_with_a_confluent_registry_and_reads_its_secret(synthesized_registry):
     url = "https://registry.internal.example:8081"
-    stack, template = _synth(tmp_path, "fn", {"value_format": "avro", "confluent_url": url,
-                                              "confluent_secret_arn": SECRET})
+    stack, template = synthesized_registry("fn")
     mapping, variables, statements = _ingest(stack, template)
     assert "SchemaRegistryConfig" not in mapping["AmazonManagedKafkaEventSourceConfig"]
     assert (variables["CONSOLIDATOR_VALUE_FORMAT"], variables["CONSOLIDATOR_SCHEMA_REGISTRY_URL"],
@@ -92,10 +118,9 @@ def _egress(stack, template) -> list[dict]:
 
 
 @pytest.mark.parametrize("cidr", [None, "192.168.7.0/24"])
-def test_the_registry_port_is_open_to_its_network_only_never_the_internet(tmp_path, cidr):
-    registry = {"value_format": "avro", "confluent_url": "https://registry.internal.example:8081",
-                "confluent_secret_arn": SECRET, "subjects": ["orders-value", "orders-v2-value"]}
-    stack, template = _synth(tmp_path, "narrow", registry | ({"confluent_cidr": cidr} if cidr else {}))
+def test_the_registry_port_is_open_to_its_network_only_never_the_internet(synthesized_registry, cidr):
+    stack, template = synthesized_registry("narrow-cidr" if cidr else "narrow")
+    assert stack.config.msk.schema_registry.confluent_cidr == cidr
     [rule] = [rule for rule in _egress(stack, template) if rule["Description"] == "Schema registry"]
     assert (rule["FromPort"], rule["CidrIp"]) == (8081, cidr or stack.config.network.vpc_cidr)
     assert rule["CidrIp"] != "0.0.0.0/0"
