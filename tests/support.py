@@ -17,6 +17,16 @@ MYSQL_PASSWORD = os.environ.get("TEST_MYSQL_PASSWORD", "")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 T0 = 1_795_000_000_000  # 2026-11-19T...Z, a fixed start for manual clocks
 
+#: ``HYPOTHESIS_DEEP=1``: the slowest property tests run their full example counts (the deep run,
+#: e.g. before a release or after a change to what they cover); unset, they run a third of them,
+#: so that ``make test`` stays well inside CI's time. See docs/guide/quickstart.md.
+DEEP = os.environ.get("HYPOTHESIS_DEEP", "") not in ("", "0")
+
+
+def examples(full: int) -> int:
+    """``max_examples`` of a property test whose deep run takes ``full`` examples."""
+    return full if DEEP else max(1, full // 3)
+
 
 def sql(store: MySQLStore, statement: str, args=None) -> list[dict]:
     """Run one statement on the test database and return its rows (for assertions)."""

@@ -13,7 +13,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import sql
+from support import examples, sql
 from test_ingest_handler import load_handler
 
 from consolidator.demo.lambda_context import LocalLambdaContext
@@ -166,7 +166,7 @@ def module_tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("envelope")
 
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+SETTINGS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                           HealthCheck.too_slow])
 
 

@@ -14,6 +14,7 @@ import json
 import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from consolidator.rules.batch import encode
 from consolidator.rules.buffer import BufferedEvent
@@ -57,7 +58,7 @@ def _items_json(items) -> str:
     return json.dumps(items, separators=(",", ":"), ensure_ascii=False)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(history=st.lists(events, max_size=80), policy=policies)
 @example(  # handed back for its quantities (2 x 2^62 over the item's two month rows), no batch full
     history=[("WH-1", BufferedEvent(SourcePosition("orders", 0, 0), MONTH_END, 'ü"', ())),

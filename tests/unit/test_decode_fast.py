@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from consolidator.rules import events
 from consolidator.rules.events import FieldNames, KafkaRecord, PoisonEvent, decode, decode_exact
@@ -151,7 +152,7 @@ def near_valid(draw) -> bytes:
     return doc(*entries)
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=near_valid())
 def test_near_valid_values_get_the_same_outcome_on_both_paths(value):
     assert outcome(decode, value) == outcome(decode_exact, value)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from random_shapes import random_history, random_shape
+from support import examples
 
 from consolidator.rules.events import FieldNames, KafkaRecord, PoisonEvent, decode, decode_exact
 from consolidator.rules.shape import Shape
@@ -97,7 +98,7 @@ def near_valid(draw) -> bytes:
     return ("{" + ",".join(entries) + "}").encode()
 
 
-@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(800), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), value=near_valid(), limit=st.sampled_from([LIMIT, 40]))
 def test_near_valid_events_get_the_exact_outcome(seed, value, limit):
     names = names_of(random_shape(random.Random(seed)))

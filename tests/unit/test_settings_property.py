@@ -8,6 +8,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from consolidator.rules.errors import ConfigurationError
 from consolidator.settings import FlushSettings, IngestSettings, load_settings
@@ -116,7 +117,7 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), name=st.sampled_from(["DATABASE_URL", "REDIS_URL", "SINK_URL", "DEAD_LETTER_URL"]))
 def test_any_url_is_refused_by_name_or_usable(clean_env, data, name):
     values = {
@@ -207,7 +208,7 @@ def _use(loaded) -> None:
             getattr(loaded, method)()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.data())
 def test_any_value_of_any_setting_is_usable_or_refused_by_name(data):
     name = data.draw(st.sampled_from(_variables()), label="variable")
