@@ -271,7 +271,6 @@ class FlushService:
         try:
             failed_before = self.store.begin_publish([b.batch_id for b in batches], self.clock.now_ms())
             ack_key = self._tracking_key()
-            contexts = self.store.member_trace_contexts([b.batch_id for b in batches if b.batch_id in failed_before])
         except StoreError as error:
             log.warning("batches not checked before publishing; they stay CLAIMED for the next tick",
                         extra={"batch_ids": [b.batch_id for b in batches], "error": str(error)})
@@ -282,7 +281,7 @@ class FlushService:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
             attempt = failed_before[batch.batch_id] + 1
-            traces = tuple(contexts.get(batch.batch_id, ()))
+            traces = batch.trace_contexts  # read with its members, at the claim or at the reload
             try:
                 message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                         ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
@@ -402,15 +401,13 @@ class FlushService:
     def _bury(self, batch: ClaimedBatch, attempts: int, error: str, report: TickReport) -> None:
         """Dead-letter the batch with its last error and its message as published (its
         ``traceparent`` included); mark it DEAD only once that is confirmed. A batch whose message
-        cannot be built (or whose members' trace contexts cannot be read) is dead-lettered with
-        its members' positions."""
+        cannot be built is dead-lettered with its members' positions."""
         now, ack_key = self.clock.now_ms(), self._tracking_key()
         try:
-            traces = self.store.member_trace_contexts([batch.batch_id]).get(batch.batch_id, ())
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                     ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
                                     shape=self.policy.shape, event_times=self.policy.event_times,
-                                    trace_contexts=traces)
+                                    trace_contexts=batch.trace_contexts)
             entry = dead_batch_entry(message, attempts, error, now)
         except Exception as build_error:  # noqa: BLE001 - why it died, most likely: the entry holds what is known
             log.warning("dead batch's message not built; dead-lettered without it",
