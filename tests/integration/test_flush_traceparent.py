@@ -18,6 +18,8 @@ from support import record
 from test_flush import POLICY, ingest, make_service
 
 from consolidator.rules.batch import load_schema, schema_name
+from consolidator.rules.policy import FlushReason
+from consolidator.rules.tracecontext import TraceContext
 from consolidator.services.flush import FlushService
 from consolidator.sinks import OutgoingBatch
 from consolidator.sinks.eventbridge import EventBridgeSink, xray_header
@@ -202,3 +204,21 @@ def test_the_members_trace_contexts_come_with_the_rows_the_flush_reads(store, cl
     (entry,) = dead_letter.entries
     assert entry["batch"]["traceparent"] == published.traceparent
     assert entry["batch"] == json.loads(published.body)
+
+
+def test_a_claim_and_a_reload_read_the_same_contexts_in_batch_order(store, clock):
+    """The claim's page read and the reload of a CLAIMED batch give its members' contexts alike,
+    batch order, a ``tracestate`` as stored (spaces and all), none for a member without one."""
+    state = " k=v, other=x y "
+    traced = [record(1, location="WH-1", order="O1", key=b"WH-1", partition=0),
+              record(1, location="WH-1", order="O2", key=b"WH-1", partition=1)._replace(headers=(
+                  ("traceparent", f"00-{TRACE_B}-{SPAN_B}-01".encode()), ("tracestate", state.encode()))),
+              record(1, location="WH-1", order="O3", key=b"WH-1", partition=2)._replace(
+                  headers=(("traceparent", f"00-{TRACE_A}-{SPAN_A}-00".encode()),))]
+    for r in reversed(traced):  # first seen against position order: batch order is first seen
+        ingest(store, clock, [r])
+        clock.advance(1)
+    claimed = store.claim("WH-1", FlushReason.IDLE, 10, clock.now_ms())
+    assert claimed.trace_contexts == (TraceContext(f"00-{TRACE_A}-{SPAN_A}-00"),
+                                      TraceContext(f"00-{TRACE_B}-{SPAN_B}-01", state))
+    assert store.load_batch(claimed.batch_id).trace_contexts == claimed.trace_contexts
