@@ -23,7 +23,6 @@ Not part of the test suite: `make bench-flush` (`--quick` for a 10x smaller run)
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -35,7 +34,14 @@ from generic import GENERIC_NAMES, GENERIC_RECORDS, generic_record
 from server_cpu import ServerCpu, per_record_us
 
 from consolidator.rules.clock import ManualClock
-from consolidator.rules.events import Event, KafkaRecord, SourcePosition, decode
+from consolidator.rules.events import (
+    DEFAULT_NAMES,
+    Event,
+    FieldNames,
+    KafkaRecord,
+    SourcePosition,
+    decode,
+)
 from consolidator.rules.policy import Policy, RateLimit
 from consolidator.services.flush import FlushService
 from consolidator.sinks import Sink
@@ -104,10 +110,11 @@ def sql_floor(store: MySQLStore, batch_size: int) -> tuple[float, int]:
     return time.perf_counter() - started, chunks
 
 
-def drain(store: MySQLStore, sink: Sink, policy: Policy, tmp: Path, rows: int) -> tuple[float, int]:
+def drain(store: MySQLStore, sink: Sink, policy: Policy, tmp: Path, rows: int,
+          names: FieldNames = DEFAULT_NAMES) -> tuple[float, int]:
     clock = ManualClock(T0 + rows + policy.debounce_ms)
     service = FlushService(store=store, sink=sink, dead_letter=FileDeadLetter(tmp / "dead.jsonl"),
-                           policy=policy, clock=clock, max_rows_per_tick=rows)
+                           policy=policy, clock=clock, names=names, max_rows_per_tick=rows)
     started = time.perf_counter()
     batches = 0
     while True:
@@ -138,12 +145,11 @@ def generic_drain(store: MySQLStore, events: list[Event], policy: Policy, tmp: P
     shaped = [decode(r, GENERIC_NAMES, 256 * 1024) for r in records]
     for start in range(0, len(shaped), 5_000):
         store.ingest(shaped[start:start + 5_000], T0 + start)
-    policy = dataclasses.replace(policy, shape=GENERIC_NAMES.shape)
     results = []
     for run in range(runs):
         reset_to_pending(store)
         before, cpu_before = cpu.sample(), time.process_time()
-        seconds, _ = drain(store, FileSink(tmp / f"batches-generic-{run}.jsonl"), policy, tmp, len(shaped))
+        seconds, _ = drain(store, FileSink(tmp / f"batches-generic-{run}.jsonl"), policy, tmp, len(shaped), GENERIC_NAMES)
         results.append((seconds, per_record_us(before, cpu.sample(), len(shaped)),
                         round((time.process_time() - cpu_before) * 1e6 / len(shaped), 2)))
         check_drained(store, len(shaped))

@@ -2,52 +2,32 @@
 
 One file per environment under ``infra/environments/<name>.json``. Everything the stack
 needs is here; constructs receive the parts they use as typed arguments, never context
-lookups. Loading fails with one error naming every bad field.
+lookups. Loading fails with one error naming every bad field. The sections with rules of their
+own live beside this module: the source (``config_source.py``: MSK, schema registry), the sinks
+(``config_sink.py``), the product settings (``config_policy.py``), and the base model and error
+(``config_model.py``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated, Literal, Self
-from urllib.parse import quote
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, model_validator
 
-from consolidator.rules.shape import parse_outputs, parse_path, parse_payload
-from consolidator.settings import (
-    ENV_PREFIX,
-    check_glue_format,
-    check_windows,
-    deployed_settings,
-    setting_field,
-)
+from consolidator_infra.config_model import ConfigError, ConfigModel
+from consolidator_infra.config_policy import PolicyConfig
+from consolidator_infra.config_sink import SinkConfig, sink_url_of
+from consolidator_infra.config_source import MskConfig
 
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "environments"
 
 ACCOUNT = r"^\d{12}$"
 ACK_SENDER = r"^(\d{12}|arn:aws[\w-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+)$"
-MSK_CLUSTER_ARN = re.compile(r"^arn:aws[\w-]*:kafka:([a-z0-9-]+):(\d{12}):cluster/([\w-]+)/([\w-]+)$")
 
 
-class ConfigError(ValueError):
-    """An environment file is missing or invalid; the message names every bad field."""
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class NetworkConfig(_Model):
+class NetworkConfig(ConfigModel):
     """Create a VPC (default) or import one by id with its subnets (no lookup: works offline)."""
 
     vpc_id: str | None = Field(None, pattern=r"^vpc-[0-9a-f]+$")
@@ -72,132 +52,7 @@ class NetworkConfig(_Model):
         return self
 
 
-SECRET_ARN = r"^arn:aws[\w-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+$"
-GLUE_REGISTRY_ARN = re.compile(r"^arn:aws[\w-]*:glue:([a-z0-9-]+):(\d{12}):registry/([A-Za-z0-9_$#.-]+)$")
-
-
-class SchemaRegistryConfig(_Model):
-    """The topic's values are in a schema registry's format (README: value formats). Either the
-    ingest function decodes them (``decode_in: function``: consolidator.sources.formats, a
-    Confluent-compatible registry or Glue) or the event source mapping does (``event_source_mapping``:
-    provisioned mode, which the mapping always uses here; it hands the function JSON values, and
-    a record it cannot validate goes to the mapping's on-failure queue, never dropped)."""
-
-    value_format: setting_field("value_format")[0] = Field(  # the runtime's type: consolidator.settings
-        description="avro, protobuf or json-schema (plain JSON: no schema_registry)")
-    decode_in: Literal["function", "event_source_mapping"] = "function"
-    confluent_url: str | None = Field(None, pattern=r"^https?://[^\s@/]+(/\S*)?$",
-                                      description="Confluent-compatible registry URL (no credentials in it; https://"
-                                                  " when confluent_secret_arn is set)")
-    confluent_secret_arn: str | None = Field(
-        None, pattern=SECRET_ARN, description='its basic-auth secret: JSON {"username": ..., "password": ...}')
-    confluent_cidr: str | None = Field(
-        None, pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$",
-        description="where the registry is, for the function's egress rule when its port is not 443 (443 is open"
-                    " for the AWS APIs already); default the VPC CIDR: a registry on another port is expected in or"
-                    " next to the VPC, never anywhere on the internet")
-    glue_registry_arn: str | None = Field(
-        None, pattern=GLUE_REGISTRY_ARN.pattern, description="arn:aws:glue:<region>:<account>:registry/<name>")
-    # the function's SCHEMA_SUBJECTS, declared once (consolidator.settings)
-    subjects: setting_field("schema_subjects")[0] = setting_field("schema_subjects")[1]
-
-    @model_validator(mode="after")
-    def _one_registry(self) -> Self:
-        if self.value_format == "json":
-            raise ValueError("value_format json needs no schema registry: leave msk.schema_registry out")
-        if bool(self.confluent_url) == bool(self.glue_registry_arn):
-            raise ValueError("set exactly one of confluent_url and glue_registry_arn")
-        if self.glue_registry_arn and self.confluent_secret_arn:
-            raise ValueError("confluent_secret_arn is for confluent_url; Glue is read with the IAM role")
-        if self.confluent_url and self.decode_in == "event_source_mapping" and not self.confluent_secret_arn:
-            raise ValueError("the event source mapping reads a Confluent registry with basic auth:"
-                             " confluent_secret_arn is required")
-        if self.confluent_secret_arn and not self.confluent_url.lower().startswith("https://"):
-            raise ValueError("confluent_url must be https:// with confluent_secret_arn (over http:// the registry's"
-                             " credentials would cross the network in cleartext)")
-        if self.confluent_cidr and not self.confluent_url:
-            raise ValueError("confluent_cidr is for confluent_url")
-        if self.subjects and self.decode_in != "function":
-            raise ValueError("subjects bind the function's lookups: with decode_in event_source_mapping the mapping"
-                             " reads the registry")
-        if self.glue_registry_arn and self.decode_in == "function":
-            check_glue_format(self.value_format, "glue_registry_arn")
-        return self
-
-    @property
-    def glue_registry_name(self) -> str | None:
-        return GLUE_REGISTRY_ARN.match(self.glue_registry_arn).group(3) if self.glue_registry_arn else None
-
-
-class MskConfig(_Model):
-    """The existing MSK cluster and topic the ingest function consumes (IAM auth)."""
-
-    cluster_arn: str
-    topic: str = Field(min_length=1)
-    consumer_group_id: str = Field(min_length=1)
-    starting_position: Literal["TRIM_HORIZON", "LATEST"] = "TRIM_HORIZON"
-    batch_size: int = Field(500, ge=1, le=10_000)
-    max_batching_window_seconds: int = Field(1, ge=0, le=300)
-    minimum_pollers: int = Field(1, ge=1, le=200)
-    maximum_pollers: int = Field(2, ge=1, le=2000)
-    retry_attempts: int = Field(10, ge=0, le=10_000, description="bounded: never -1 (infinite)")
-    max_record_age_seconds: int = Field(6 * 3600, ge=60, le=604_800, description="bounded: never -1")
-    broker_cidr: str | None = Field(None, description="where the brokers are (port 9098) for the Kafka sink; default the VPC CIDR")
-    schema_registry: SchemaRegistryConfig | None = Field(
-        None, description="values in Avro, Protobuf or JSON Schema with a registry; None: plain JSON values")
-
-    @field_validator("cluster_arn")
-    @classmethod
-    def _arn(cls, arn: str) -> str:
-        if not MSK_CLUSTER_ARN.match(arn):
-            raise ValueError("must be arn:aws:kafka:<region>:<account>:cluster/<name>/<uuid>")
-        return arn
-
-    @model_validator(mode="after")
-    def _pollers(self) -> Self:
-        if self.maximum_pollers < self.minimum_pollers:
-            raise ValueError("maximum_pollers must be >= minimum_pollers")
-        return self
-
-    @property
-    def region(self) -> str:
-        return MSK_CLUSTER_ARN.match(self.cluster_arn).group(1)
-
-    @property
-    def account(self) -> str:
-        return MSK_CLUSTER_ARN.match(self.cluster_arn).group(2)
-
-    def topic_arn(self, topic: str) -> str:
-        """``arn:...:topic/<cluster name>/<cluster uuid>/<topic>`` for kafka-cluster IAM actions."""
-        return self.cluster_arn.replace(":cluster/", ":topic/", 1) + f"/{topic}"
-
-    def group_arn(self, group: str) -> str:
-        return self.cluster_arn.replace(":cluster/", ":group/", 1) + f"/{group}"
-
-
-class KafkaSinkConfig(_Model):
-    """Batches go to a topic on the same MSK cluster, IAM auth."""
-
-    kind: Literal["kafka"] = "kafka"
-    bootstrap_servers: str = Field(min_length=1, description="comma separated host:9098 list")
-    topic: str = Field(min_length=1)
-
-
-class SqsSinkConfig(_Model):
-    kind: Literal["sqs"] = "sqs"
-    queue_arn: str = Field(pattern=r"^arn:aws[\w-]*:sqs:[a-z0-9-]+:\d{12}:[\w.-]+$")
-
-
-class EventBridgeSinkConfig(_Model):
-    kind: Literal["events"] = "events"
-    event_bus_arn: str = Field(pattern=r"^arn:aws[\w-]*:events:[a-z0-9-]+:\d{12}:event-bus/[\w./-]+$")
-    source: str = "consolidator"
-
-
-SinkConfig = Annotated[KafkaSinkConfig | SqsSinkConfig | EventBridgeSinkConfig, Field(discriminator="kind")]
-
-
-class DatabaseConfig(_Model):
+class DatabaseConfig(ConfigModel):
     """Aurora MySQL 3, Serverless v2."""
 
     engine_version: str = Field("3.08.0", pattern=r"^3\.\d{2}\.\d+$")
@@ -216,7 +71,7 @@ class DatabaseConfig(_Model):
         return self
 
 
-class CacheConfig(_Model):
+class CacheConfig(ConfigModel):
     """ElastiCache (Valkey or Redis OSS) replication group: the flush lock only, tiny."""
 
     engine: Literal["valkey", "redis"] = "valkey"
@@ -225,49 +80,7 @@ class CacheConfig(_Model):
     replicas: int = Field(0, ge=0, le=5, description=">= 1 enables Multi-AZ automatic failover")
 
 
-FLUSH_SCHEDULE_SECONDS = 60  # consolidator_infra/schedules.py: the flush function runs once a minute
-
-# The product settings passed to the functions as CONSOLIDATOR_* variables: those the runtime
-# declares as deployed (consolidator.settings), with its types, defaults, units and bounds.
-POLICY_SETTINGS = deployed_settings()
-
-
-class _PolicyRules(_Model):
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        check_windows(self.debounce_seconds, self.hard_window_seconds)  # the runtime's own rule
-        if self.aggregate is not None:  # the runtime's parser; a function has no spec file to read
-            if not self.aggregate.lstrip().startswith("["):
-                raise ValueError("aggregate must be the spec itself (a JSON list) in a deployment, not a file path")
-            parse_outputs(self.aggregate)
-        parse_payload(self.member_payload)
-        if self.event_time_field is not None:
-            try:
-                parse_path(self.event_time_field)  # the runtime's rule: a path like "ts" or "meta.at"
-            except ValueError as exc:
-                raise ValueError(f"event_time_field: {exc}") from None
-        if self.tick_interval_seconds > FLUSH_SCHEDULE_SECONDS:
-            raise ValueError(f"tick_interval_seconds ({self.tick_interval_seconds:g}) must be at most"
-                             f" {FLUSH_SCHEDULE_SECONDS} in a deployment: the flush function is scheduled once a"
-                             " minute, so a longer tick would not be honoured")
-        return self
-
-
-PolicyConfig = create_model(
-    "PolicyConfig", __base__=_PolicyRules, __module__=__name__,
-    __doc__="The product settings of the functions, declared by consolidator.settings and checked by it.",
-    **{name: setting_field(name) for name in POLICY_SETTINGS},
-)
-
-
-def deployed_environment(policy: PolicyConfig, model: type) -> dict[str, str]:
-    """The ``CONSOLIDATOR_*`` variables of a function whose handler loads ``model``: every
-    deployed setting the model declares, as the environment file gives it (unset ones left out)."""
-    return {f"{ENV_PREFIX}{name.upper()}": str(value) for name in POLICY_SETTINGS
-            if name in model.model_fields and (value := getattr(policy, name)) is not None}
-
-
-class FunctionsConfig(_Model):
+class FunctionsConfig(ConfigModel):
     ingest_memory_mb: int = Field(512, ge=128, le=10_240)
     ingest_timeout_seconds: int = Field(60, ge=5, le=900)
     flush_memory_mb: int = Field(512, ge=128, le=10_240)
@@ -282,7 +95,7 @@ class FunctionsConfig(_Model):
                     " over OTLP to it, and it to X-Ray; None: tracing off")
 
 
-class AlarmConfig(_Model):
+class AlarmConfig(ConfigModel):
     """Where alarms go and when they fire."""
 
     email: str | None = Field(None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -312,7 +125,7 @@ class AlarmConfig(_Model):
         95, gt=0, le=100, description="Aurora ACUUtilization: capacity used, in percent of max_capacity")
 
 
-class CompletionConfig(_Model):
+class CompletionConfig(ConfigModel):
     """Batch completion tracking: the flush seals batches, downstream sends acks to an
     SQS queue, the acks function applies them and publishes completions to ``sink``."""
 
@@ -350,7 +163,7 @@ class CompletionConfig(_Model):
         return [f"arn:aws:iam::{s}:*" if s.isdigit() else s for s in self.senders]
 
 
-class EnvironmentConfig(_Model):
+class EnvironmentConfig(ConfigModel):
     """Everything one deployment (dev, staging, prod, ...) needs."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{1,20}$")
@@ -389,17 +202,6 @@ class EnvironmentConfig(_Model):
     def sink_url(self) -> str:
         """The CONSOLIDATOR_SINK_URL for the flush function."""
         return sink_url_of(self.sink, self.region)
-
-
-def sink_url_of(sink: KafkaSinkConfig | SqsSinkConfig | EventBridgeSinkConfig, region: str) -> str:
-    """The sink URL (``consolidator.sinks.sink_from_url``) of a configured destination."""
-    if isinstance(sink, KafkaSinkConfig):
-        return f"kafka://{sink.bootstrap_servers}/{sink.topic}?auth=iam&region={region}"
-    if isinstance(sink, SqsSinkConfig):
-        _, _, _, queue_region, account, name = sink.queue_arn.split(":", 5)
-        return f"sqs://sqs.{queue_region}.amazonaws.com/{account}/{name}"
-    bus = sink.event_bus_arn.split(":event-bus/", 1)[1]
-    return f"events://{bus}?source={quote(sink.source)}"
 
 
 def load_environment(name: str, directory: Path = ENVIRONMENTS_DIR) -> EnvironmentConfig:

@@ -122,7 +122,8 @@ class SparkOnEmrServerless(Construct):
 def attach(stack) -> SparkOnEmrServerless:
     """The stack's hook (``spark: true`` in an environment file): the Spark aggregator reads the
     ingest topic and writes to the Kafka sink topic of the same MSK cluster, in the stack's VPC."""
-    from consolidator_infra.config import ConfigError, KafkaSinkConfig
+    from consolidator_infra.config_model import ConfigError
+    from consolidator_infra.config_sink import KafkaSinkConfig
 
     config = stack.config
     if not isinstance(config.sink, KafkaSinkConfig):

@@ -35,7 +35,8 @@ from consolidator.settings import (
     MigrateSettings,
     load_settings,
 )
-from consolidator_infra.config import ConfigError, PolicyConfig, deployed_environment
+from consolidator_infra.config_model import ConfigError
+from consolidator_infra.config_policy import PolicyConfig, deployed_environment
 from consolidator_infra.network import Network, retention_days
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

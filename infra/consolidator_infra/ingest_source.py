@@ -18,7 +18,7 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from consolidator_infra.config import MskConfig
+from consolidator_infra.config_source import MskConfig
 
 
 class IngestEventSource(Construct):

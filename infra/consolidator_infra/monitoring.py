@@ -30,7 +30,8 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from consolidator.services.panels import CLOUDWATCH_STATS, PANELS, Series
-from consolidator_infra.config import AlarmConfig, DatabaseConfig, FunctionsConfig, PolicyConfig
+from consolidator_infra.config import AlarmConfig, DatabaseConfig, FunctionsConfig
+from consolidator_infra.config_policy import PolicyConfig
 
 NAMESPACE = "Consolidator"
 MINUTE = Duration.minutes(1)
@@ -108,6 +109,12 @@ class Monitoring(Construct):
         self.alarm(
             "DeadBatches", Severity.CRITICAL, product_metric("DeadBatches", "flush", env, period=FIVE), threshold=0,
             what="A batch failed max_attempts publishes and went to the dead-letter queue; its rows are unsent.",
+        )
+        self.alarm(
+            "BatchBuildFailures", Severity.CRITICAL,
+            product_metric("BatchBuildFailures", "flush", env, period=FIVE), threshold=0,
+            what="The flush could not build a batch's message or read its rows (a bug or an unreadable row): "
+                 "that batch is retried each tick and dead-lettered after max_attempts; the log has the traceback.",
         )
         self.alarm(
             "RecordsFailed", Severity.CRITICAL, product_metric("RecordsFailed", "ingest", env), threshold=0,

@@ -11,8 +11,8 @@ from constructs import Construct
 
 from consolidator_infra.cache import Cache
 from consolidator_infra.completion import CompletionTracking
-from consolidator_infra.config import (
-    EnvironmentConfig,
+from consolidator_infra.config import EnvironmentConfig
+from consolidator_infra.config_sink import (
     EventBridgeSinkConfig,
     KafkaSinkConfig,
     SinkConfig,

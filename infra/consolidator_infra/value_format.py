@@ -23,7 +23,7 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from consolidator_infra.config import SchemaRegistryConfig
+from consolidator_infra.config_source import SchemaRegistryConfig
 
 P = "CONSOLIDATOR_"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from consolidator_infra.config import sink_url_of
+from consolidator_infra.config_sink import sink_url_of
 from test_stack import _function, _role_actions
 
 pytestmark = pytest.mark.infra

@@ -10,13 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infra"))
 
-from consolidator_infra.config import (
-    ConfigError,
-    EventBridgeSinkConfig,
-    SqsSinkConfig,
-    environment_names,
-    load_environment,
-)
+from consolidator_infra.config import ConfigError, environment_names, load_environment
+from consolidator_infra.config_sink import EventBridgeSinkConfig, SqsSinkConfig
 
 pytestmark = pytest.mark.infra
 

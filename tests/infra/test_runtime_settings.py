@@ -12,7 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "infra"))
 
-from consolidator_infra.config import POLICY_SETTINGS, ConfigError, load_environment
+from consolidator_infra.config import ConfigError, load_environment
+from consolidator_infra.config_policy import POLICY_SETTINGS
 
 from consolidator.settings import load_settings, unknown_variables
 

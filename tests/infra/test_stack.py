@@ -10,6 +10,7 @@ import pytest
 from aws_cdk.assertions import Annotations, Match
 
 pytestmark = pytest.mark.infra
+MONITORING_ALARMS = 28  # the alarms monitoring.py builds (completion tracking adds 4)
 
 
 def _only(resources: dict[str, dict]) -> dict:
@@ -36,7 +37,7 @@ def test_each_environment_synthesizes_with_expected_resource_counts(env):
         # master, Redis AUTH token, one database user per function (ingest, flush, cleanup, acks)
         "AWS::SecretsManager::Secret": 2 + 3 + tracking,
         "AWS::SecretsManager::RotationSchedule": 1 + 3 + tracking,
-        "AWS::CloudWatch::Alarm": 27 + 4 * tracking,
+        "AWS::CloudWatch::Alarm": MONITORING_ALARMS + 4 * tracking,
         "AWS::CloudWatch::Dashboard": 1,
         "AWS::EC2::VPC": 1,
         "AWS::EC2::NatGateway": config.network.nat_gateways,
@@ -219,6 +220,7 @@ def test_every_alarm_exists_with_its_threshold_in_human_units(env):
         "PendingAgeWarning": ("OldestPendingAge", bound_s, "m / 1000"),
         "PendingAgeCritical": ("OldestPendingAge", bound_s + policy.tick_interval_seconds, "m / 1000"),
         "DeadBatches": ("DeadBatches", 0, None),
+        "BatchBuildFailures": ("BatchBuildFailures", 0, None),
         "RecordsFailed": ("RecordsFailed", 0, None),
         "EventsExpired": ("EventsExpired", 0, None),
         "DeadLetterQueueNotEmpty": ("ApproximateNumberOfMessagesVisible", 0, None),
@@ -282,7 +284,7 @@ def test_every_alarm_has_a_runbook_entry():
     names |= {f"{label}{kind}" for label in ("Ingest", "Flush", "Cleanup")
               for kind in ("Errors", "Throttles", "DurationNearTimeout")}
     names |= {"DeadLetterQueueNotEmpty", "IngestFailuresNotEmpty"}
-    assert len(names) == 31  # 27 in monitoring.py, 4 in completion.py
+    assert len(names) == MONITORING_ALARMS + 4  # and 4 in completion.py
     assert {n.lower() for n in names} <= headings, sorted({n.lower() for n in names} - headings)
 
 
@@ -302,7 +304,7 @@ def test_dashboard_labels_every_series_shows_thresholds_and_alarm_states(env):
     rendered = json.loads("".join(part if isinstance(part, str) else "0" for part in body["Fn::Join"][1]))
     widgets = rendered["widgets"]
     tracking = 1 if env.config.completion else 0
-    assert widgets[0]["type"] == "alarm" and len(widgets[0]["properties"]["alarms"]) == 27 + 4 * tracking
+    assert widgets[0]["type"] == "alarm" and len(widgets[0]["properties"]["alarms"]) == MONITORING_ALARMS + 4 * tracking
     graphs = [w["properties"] for w in widgets if w["type"] == "metric"]
     for graph in graphs:
         for series in graph["metrics"]:

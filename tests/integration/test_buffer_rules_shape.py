@@ -148,11 +148,8 @@ def test_the_streaming_step_gives_the_lambda_batches_for_any_shape(shared, data,
     else:
         shape, names = REFERENCE_SHAPE, FieldNames()
         history = [r.kafka() for r in data.draw(histories(), "history")]
-    policy: Policy = dataclasses.replace(data.draw(_policies(plain=data.draw(st.booleans(), "plain")), "policy"),
-                                         shape=shape)
-    # the job's policy may or may not carry the shape: the step takes the decoder's
-    step = job_step(policy if data.draw(st.booleans(), "policy carries the shape") else
-                    dataclasses.replace(policy, shape=REFERENCE_SHAPE), names, shards := data.draw(st.integers(1, 3), "shards"))
+    policy: Policy = data.draw(_policies(plain=data.draw(st.booleans(), "plain")), "policy")
+    step = job_step(policy, names, shards := data.draw(st.integers(1, 3), "shards"))
 
     outcome = both_paths(shared, names, history, policy, step, shards, schedule)
     event(f"generic: {generic}, plain step: {step.plain}, batches: {min(len(outcome.lambda_batches), 3)}+,"
@@ -169,7 +166,7 @@ def test_a_claim_the_byte_cap_splits_counts_each_batch_against_the_rate_limit(sh
     history = [KafkaRecord("events", 0, offset, MONTH_END, b"T0", orjson.dumps(
         {"tenant": "T0", "user": f"u{offset}", "note": "x" * 200})) for offset in range(2)]
     policy = Policy(debounce_ms=2_000, hard_window_ms=20_000, max_batch_size=2, tick_interval_ms=5_000,
-                    max_batch_bytes=700, rate_limit=RateLimit(1, 20_000), shape=shape)
+                    max_batch_bytes=700, rate_limit=RateLimit(1, 20_000))
     outcome = both_paths(shared, names, history, policy, job_step(policy, names, 1), 1, random.Random(0))
     (first, t0), (second, t1) = sorted((json.loads(body)["flush_reason"], t) for _, _, t, body in
                                        outcome.lambda_batches)
@@ -188,7 +185,7 @@ def test_a_batch_under_the_byte_cap_then_keeps_its_sums_within_int64(shared):  #
         {"tenant": "T0", "user": f"u{offset}", "amount": amount}))
         for offset, amount in enumerate([2**62, 1, 2**62, -2**62])]
     policy = Policy(debounce_ms=2_000, hard_window_ms=20_000, max_batch_size=4, tick_interval_ms=5_000,
-                    max_batch_bytes=560, shape=shape)
+                    max_batch_bytes=560)
     outcome = both_paths(shared, names, history, policy, job_step(policy, names, 1), 1, random.Random(0))
     messages = sorted((json.loads(body) for *_, body in outcome.lambda_batches), key=lambda m: m["item_ids"])
     assert [(m["item_ids"], m["aggregates"]["s"]) for m in messages] == [
@@ -240,8 +237,7 @@ def test_random_and_edge_numbers_give_the_same_batches_and_poison_on_both_engine
         history.append(KafkaRecord("events", 0, offset, MONTH_END + 1_000 * offset, tenant.encode(), value.encode()))
         if _poison_by_the_contract(specs, full, paths, v, w, lines):
             poison.add(offset)
-    policy: Policy = dataclasses.replace(data.draw(_policies(plain=data.draw(st.booleans(), "plain")), "policy"),
-                                         shape=shape)
+    policy: Policy = data.draw(_policies(plain=data.draw(st.booleans(), "plain")), "policy")
     outcome = both_paths(shared, names, history, policy, job_step(policy, names, 1), 1, schedule)
     outcome.check()
     assert {offset for *_, offset in outcome.lambda_poison} == poison
@@ -321,7 +317,7 @@ def both_paths(shared, names: FieldNames, history: list[KafkaRecord], policy: Po
     dead = FileDeadLetter(scratch / f"{uuid.uuid4().hex}.jsonl")
     ingest = IngestService(store, dead, names, MAX_EVENT_BYTES, clock)
     sink = _Sink(clock)
-    flush = FlushService(store, sink, dead, policy, clock)
+    flush = FlushService(store, sink, dead, policy, clock, names)
     stream = Stream(step, names, shards)
     batches = micro_batches(history, schedule)
     now = batches[-1][0]

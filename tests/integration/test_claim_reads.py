@@ -1,6 +1,6 @@
 """A claim the byte cap splits reads each of its rows once: the rows read
 with their items grow linearly with the claim, not quadratically, and the batches are the ones
-:func:`consolidator.rules.batch.split_to_fit` makes of the whole claim."""
+:func:`consolidator.rules.split.split_to_fit` makes of the whole claim."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from support import record
 from test_flush import POLICY, RecordingSink, ingest, make_service
 
-from consolidator.rules.batch import split_to_fit
 from consolidator.rules.policy import FlushReason, Policy
+from consolidator.rules.split import split_to_fit
 from consolidator.services.flush import FlushService
 
 KIB = 1024

@@ -64,7 +64,7 @@ def test_batch_show_and_list_any_batch_with_its_members_and_filters(env, store, 
     clock.set(NOW)
     sink = FileSink(tmp_path / "out.jsonl")
     FlushService(store=store, sink=sink, dead_letter=FileDeadLetter(tmp_path / "dead.jsonl"), clock=clock,
-                 policy=Policy(debounce_ms=1000, hard_window_ms=1000, shape=shape)).tick()
+                 policy=Policy(debounce_ms=1000, hard_window_ms=1000), names=names).tick()
     published = {m["group_key"]: m for m in sink.read()}
     assert set(published) == {"T0", "T1"}
 

@@ -90,7 +90,7 @@ def test_the_ingest_handler_stores_the_event_time_and_dead_letters_a_bad_one(mon
 def test_the_streaming_step_expires_late_events_as_the_lambda_path_does(shared):  # noqa: F811
     names = FieldNames(event_time=("ts",))
     policy = Policy(debounce_ms=1_000, hard_window_ms=10_000, max_batch_size=10, tick_interval_ms=1_000,
-                    ttl_ms=HOUR, event_times=True)
+                    ttl_ms=HOUR)
     rng = random.Random(3)
     history = []
     for offset in range(40):

@@ -39,9 +39,9 @@ def test_every_published_message_fits_the_cap_and_validates(store, clock, tmp_pa
     stored = store.ingest([decode(r, names, 1 << 20) for r in records], clock.now_ms()).stored
     assert stored == 400
     policy = Policy(debounce_ms=1000, hard_window_ms=1000, max_batch_size=500, tick_interval_ms=1000,
-                    rate_limit=RateLimit(2, 60_000) if limited else None, max_batch_bytes=CAP, shape=shape)
+                    rate_limit=RateLimit(2, 60_000) if limited else None, max_batch_bytes=CAP)
     sink = RecordingSink(tmp_path / "out.jsonl")
-    service = make_service(store, sink, clock, tmp_path, policy, completion_tracking=tracked,
+    service = make_service(store, sink, clock, tmp_path, policy, names=names, completion_tracking=tracked,
                            max_rows_per_tick=1_000_000)
     for _ in range(60):
         clock.advance(30_000)
@@ -73,11 +73,12 @@ def test_an_event_that_can_never_fit_is_a_batch_of_its_own_and_dies_without_hold
     shape = Shape(SPEC, full_payload=True)
     records = [record(i, value(i)) for i in range(6)]
     records[3] = record(3, orjson.dumps({**orjson.loads(value(3)), "blob": "z" * 3 * CAP}))
-    store.ingest([decode(r, FieldNames(shape=shape), 1 << 20) for r in records], clock.now_ms())
+    names = FieldNames(shape=shape)
+    store.ingest([decode(r, names, 1 << 20) for r in records], clock.now_ms())
     sink = FileSink(tmp_path / "out.jsonl", max_message_bytes=CAP)
     dead = FileDeadLetter(tmp_path / "dead.jsonl")
     service = FlushService(store=store, sink=sink, dead_letter=dead, clock=clock, max_attempts=2,
-                           policy=Policy(debounce_ms=1000, hard_window_ms=1000, max_batch_bytes=CAP, shape=shape))
+                           policy=Policy(debounce_ms=1000, hard_window_ms=1000, max_batch_bytes=CAP), names=names)
     for _ in range(4):
         clock.advance(30_000)
         service.tick()

@@ -11,7 +11,8 @@ import orjson
 from support import record, sql
 from test_flush import POLICY, RecordingSink, ingest, orders
 
-import consolidator.services.flush as flush_module
+import consolidator.services.flush_failures as failures_module
+import consolidator.services.flush_publish as publish_module
 from consolidator.rules.events import FieldNames
 from consolidator.rules.policy import Policy
 from consolidator.rules.shape import Shape, parse_outputs
@@ -21,7 +22,7 @@ from consolidator.sinks.deadletter import FileDeadLetter
 
 SHAPE = Shape(parse_outputs('[{"name": "total", "op": "sum", "path": "amount"}]'))
 NAMES = FieldNames(group_key="tenant", item_id="user", shape=SHAPE)
-SHAPED = Policy(debounce_ms=1_000, hard_window_ms=10_000, max_batch_size=100, tick_interval_ms=1_000, shape=SHAPE)
+SHAPED = Policy(debounce_ms=1_000, hard_window_ms=10_000, max_batch_size=100, tick_interval_ms=1_000)
 
 
 class Metrics:
@@ -54,7 +55,7 @@ def test_two_sums_past_the_double_range_split_the_claim_and_every_group_is_publi
                                             ("T1", "c", b"1"), ("T2", "d", b"2.5"), ("T3", "e", b"-1.7e308")])
     clock.advance(SHAPED.debounce_ms)
     sink = RecordingSink(tmp_path / "out.jsonl")
-    report = FlushService(store, sink, FileDeadLetter(tmp_path / "dead.jsonl"), SHAPED, clock).tick()
+    report = FlushService(store, sink, FileDeadLetter(tmp_path / "dead.jsonl"), SHAPED, clock, NAMES).tick()
 
     assert (report.publish_failures, report.build_failures, report.dead) == (0, 0, 0)
     totals = sorted((m["group_key"], m["item_ids"], m["aggregates"]["total"]) for m in sink.messages())
@@ -97,14 +98,15 @@ def test_a_stored_row_this_code_cannot_read_fails_its_group_only_and_goes_dead(s
 def test_a_message_that_cannot_be_built_is_a_failed_attempt_then_a_dead_batch(store, clock, tmp_path, monkeypatch):
     """An unexpected error building WH-1's message (injected): the batch counts a failed attempt
     per tick, is dead-lettered with its members after ``max_attempts``; WH-0 and WH-2 are sent."""
-    real = flush_module.build_message
+    real = publish_module.build_message
 
     def build_message(group_key, *args, **kwargs):
         if group_key == "WH-1":
             raise RuntimeError("cannot build this one")
         return real(group_key, *args, **kwargs)
 
-    monkeypatch.setattr(flush_module, "build_message", build_message)
+    monkeypatch.setattr(publish_module, "build_message", build_message)
+    monkeypatch.setattr(failures_module, "build_message", build_message)
     ingest(store, clock, orders(6, groups=3))
     clock.advance(POLICY.debounce_ms)
     sink, dead_letter = RecordingSink(tmp_path / "out.jsonl"), FileDeadLetter(tmp_path / "dead.jsonl")

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from numbers_doc import NAMES, SHAPE, SPEC, Example, examples, totals
+from numbers_doc import NAMES, SPEC, Example, examples, totals
 from test_buffer_rules import MONTH_END, shared  # noqa: F401
 from test_buffer_rules_shape import both_paths
 from test_ingest import msk_event
@@ -27,7 +27,7 @@ from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sinks.file import FileSink
 from consolidator.spark.step import job_step
 
-POLICY = Policy(debounce_ms=1_000, hard_window_ms=10_000, max_batch_size=100, tick_interval_ms=1_000, shape=SHAPE)
+POLICY = Policy(debounce_ms=1_000, hard_window_ms=10_000, max_batch_size=100, tick_interval_ms=1_000)
 EXAMPLES = examples()
 
 
@@ -63,7 +63,7 @@ def test_the_example_through_the_ingest_handler_and_the_flush(example: Example, 
         assert poison.pop() == (1, "not_object")
     sink = FileSink(tmp_path / "out.jsonl")
     FlushService(store, sink, FileDeadLetter(tmp_path / "flush-dead.jsonl"), POLICY,
-                 ManualClock(now + 60_000)).tick()
+                 ManualClock(now + 60_000), NAMES).tick()
     published = [line.encode() for line in (tmp_path / "out.jsonl").read_text().splitlines()] \
         if (tmp_path / "out.jsonl").exists() else []
     if example.poison is not None:

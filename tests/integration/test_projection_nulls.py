@@ -27,7 +27,7 @@ SPEC = '[{"name": "n", "op": "count"}, {"name": "pages", "op": "distinct", "path
 PAYLOAD = '["props.page", "props.gone", "tags", "note.text", "lines"]'
 SHAPE = Shape(parse_outputs(SPEC), *parse_payload(PAYLOAD))
 NAMES = FieldNames(group_key="tenant", item_id="user", shape=SHAPE)
-POLICY = Policy(debounce_ms=1_000, hard_window_ms=10_000, max_batch_size=10, tick_interval_ms=1_000, shape=SHAPE)
+POLICY = Policy(debounce_ms=1_000, hard_window_ms=10_000, max_batch_size=10, tick_interval_ms=1_000)
 EVENTS = [b'{"tenant": "T", "user": "u1", "props": {"page": null, "x": 1}, "tags": null, "note": null}',
           b'{"tenant": "T", "user": "u2", "props": {"page": "/a"}, "tags": ["a"], "note": "flat", "lines": null}']
 EXPECTED = [{"props": {"page": None}, "tags": None}, {"props": {"page": "/a"}, "tags": ["a"], "lines": None}]
@@ -44,7 +44,7 @@ def test_a_projection_keeps_explicit_nulls_through_the_ingest_handler_and_the_fl
     records = [KafkaRecord("events", 0, i, now, b"T", value) for i, value in enumerate(EVENTS)]
     assert load_handler("ingest").handler(msk_event(records), LocalLambdaContext()) == {"batchItemFailures": []}
     FlushService(store, FileSink(tmp_path / "out.jsonl"), FileDeadLetter(tmp_path / "flush-dead.jsonl"), POLICY,
-                 ManualClock(now + 60_000)).tick()
+                 ManualClock(now + 60_000), NAMES).tick()
     (message,) = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [m["event"] for m in message["members"]] == EXPECTED
     assert message["aggregates"] == {"n": 2, "pages": ["/a"]}  # a null counts for nothing

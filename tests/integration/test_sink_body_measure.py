@@ -177,7 +177,7 @@ def test_the_streaming_step_splits_by_the_sqs_measure_as_the_flush_does(shared):
     from consolidator.spark.step import job_step
 
     policy = Policy(debounce_ms=2_000, hard_window_ms=20_000, max_batch_size=20, tick_interval_ms=5_000,
-                    max_batch_bytes=3_000, measure_body=escaped_bytes, shape=SHAPE)
+                    max_batch_bytes=3_000, measure_body=escaped_bytes)
     history = [KafkaRecord("events", 0, i, MONTH_END, b"T", json.dumps(
         {"tenant": "T", "user": f"u{i}", "blob": WIDEST + "\uffff" * (100 + 37 * i)}, ensure_ascii=False).encode())
         for i in range(12)]

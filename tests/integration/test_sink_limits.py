@@ -12,12 +12,13 @@ from moto import mock_aws
 from support import record
 from test_flush import POLICY, RecordingSink, assert_invariants, ingest, make_service
 
-from consolidator.rules.batch import Member, build_message, encode, fit_claims
+from consolidator.rules.batch import Member, build_message, encode
 from consolidator.rules.buffer import PendingBuffer
 from consolidator.rules.deadletter import dead_batch_entry
 from consolidator.rules.errors import ConfigurationError
 from consolidator.rules.events import FieldNames, SourcePosition, decode
 from consolidator.rules.policy import FlushReason, Policy
+from consolidator.rules.split import fit_claims
 from consolidator.services.flush_setup import batch_bytes_cap
 from consolidator.sinks import OutgoingBatch, sink_from_url
 from consolidator.sinks.deadletter import SqsDeadLetter

@@ -69,7 +69,7 @@ def serverless(records: list[KafkaRecord], store, tmp_path, policy: Policy = POL
     ingest = IngestService(store, dead_letter, names, max_event_bytes, clock, values=values)
     sink = sink_from_url(f"file://{tmp_path / 'serverless-batches.jsonl'}")
     flush = FlushService(store=store, sink=sink, dead_letter=dead_letter, policy=policy, clock=clock,
-                         max_attempts=3, max_rows_per_tick=1_000_000)
+                         names=names, max_attempts=3, max_rows_per_tick=1_000_000)
     ordered = sorted(records, key=lambda r: (r.timestamp_ms, r.position))
     tick, index = next_tick_ms(ordered[0].timestamp_ms, policy), 0
     while True:
@@ -277,7 +277,7 @@ def test_identical_batches_and_expiries_with_an_event_time_field(spark, store, t
     from consolidator.spark.transforms import records as to_records
 
     records = timed_history(seed=5)
-    policy = dataclasses.replace(LIMITED, ttl_ms=3_600_000, event_times=True)
+    policy = dataclasses.replace(LIMITED, ttl_ms=3_600_000)
     lambda_batches, lambda_dead = serverless(records, store, tmp_path, policy, EVENT_TIME_NAMES)
     frame = to_records(spark.createDataFrame(
         [(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value) for r in records],

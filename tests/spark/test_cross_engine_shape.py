@@ -31,10 +31,10 @@ def test_random_shapes_and_histories_give_identical_batches_on_both_engines(spar
     names = FieldNames(group_key="tenant", item_id="user", shape=shape)
     policy = Policy(debounce_ms=60_000, hard_window_ms=300_000, max_batch_size=rng.choice([3, 6, 50]),
                     tick_interval_ms=30_000, max_batch_bytes=rng.choice([None, 2500]),
-                    rate_limit=rng.choice([None, RateLimit(1, 180_000)]), ttl_ms=rng.choice([0, 60_000]), shape=shape)
+                    rate_limit=rng.choice([None, RateLimit(1, 180_000)]), ttl_ms=rng.choice([0, 60_000]))
     if plain:
         policy = dataclasses.replace(policy, max_batch_bytes=None, rate_limit=None, ttl_ms=0)
-        assert is_plain_shaped(policy)
+        assert is_plain_shaped(policy, names)
     records = random_history(rng, START)
     lambda_batches, lambda_dead = serverless(records, store, tmp_path, policy, names)
     lambda_bodies = sorted((tmp_path / "serverless-batches.jsonl").read_bytes().splitlines())
@@ -66,7 +66,7 @@ def test_the_numbers_examples_and_edge_numbers_give_identical_batches_on_both_en
     own group, and random edge numbers as literals: the serverless path and the Spark replay (the
     columnar simulation where ``plain``) give the same bytes and the same poison, and each
     example's totals are the page's."""
-    from numbers_doc import NAMES, SHAPE, examples, totals
+    from numbers_doc import NAMES, examples, totals
 
     from consolidator.spark.replay import NamedPolicy, replay
     from consolidator.spark.transforms import records as to_records
@@ -82,7 +82,7 @@ def test_the_numbers_examples_and_edge_numbers_give_identical_batches_on_both_en
         records.append(KafkaRecord("events", 1, i, START + 1_000 * i, b"E", b'{"tenant": "E%d", "user": "u%d", "v": %b}'
                                    % (i % 3, rng.randrange(8), rng.choice(edges).encode())))
     policy = Policy(debounce_ms=60_000, hard_window_ms=300_000, max_batch_size=4, tick_interval_ms=30_000,
-                    max_batch_bytes=None if plain else 2500, shape=SHAPE)
+                    max_batch_bytes=None if plain else 2500)
     _, lambda_dead = serverless(records, store, tmp_path, policy, NAMES)
     lambda_bodies = sorted((tmp_path / "serverless-batches.jsonl").read_bytes().splitlines())
 

@@ -10,13 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consolidator.rules.batch import (
-    Member,
-    batch_id,
-    build_message,
-    encode,
-    load_schema,
-)
+from consolidator.rules.batch import Member, batch_id, build_message, encode, load_schema
 from consolidator.rules.events import SourcePosition
 from consolidator.rules.policy import FlushReason
 
@@ -140,7 +134,7 @@ def test_empty_batch_is_refused():
 
 @pytest.mark.parametrize("cap", [600, 2_000, 9_000])
 def test_split_to_fit_keeps_order_and_takes_the_longest_prefix_that_fits(cap):
-    from consolidator.rules.batch import message_bytes, split_to_fit
+    from consolidator.rules.split import message_bytes, split_to_fit
 
     members = [member(i, f"O{i}", [(f"SKU-{i}-{k}", k) for k in range(i % 7)]) for i in range(120)]
     batches = split_to_fit("WH-1", members, FlushReason.FULL, T0, cap)
@@ -158,7 +152,7 @@ def test_split_to_fit_keeps_order_and_takes_the_longest_prefix_that_fits(cap):
 def test_the_size_bound_is_never_below_the_message_size():
     import random
 
-    from consolidator.rules.batch import message_bytes, message_bytes_bound
+    from consolidator.rules.split import message_bytes, message_bytes_bound
 
     rng = random.Random(7)
     alphabet = "aZ9-\"\\\n\u00e9\u4e2d\U0001f600\x01"

@@ -1,5 +1,5 @@
 """A batch's summed quantities fit a signed 64-bit integer: a claim is split where a sum would
-pass 2**63-1, by one rule both engines use (``batch.bounded_prefix`` inside ``fitting_prefix``)."""
+pass 2**63-1, by one rule both engines use (``split.bounded_prefix`` inside ``fitting_prefix``)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,18 @@ import random
 
 import orjson
 
-from consolidator.rules.batch import (
-    Member,
+from consolidator.rules.batch import Member, build_message, newest_per_item
+from consolidator.rules.events import MAX_QUANTITY, SourcePosition
+from consolidator.rules.policy import FlushReason, Policy
+from consolidator.rules.shape import EventView, Shape, aggregate, parse_outputs, within_bounds
+from consolidator.rules.split import (
     MessageOptions,
-    _newest_per_item,
     bounded_prefix,
-    build_message,
     fit_claims,
     fit_count,
     message_bytes,
     split_to_fit,
 )
-from consolidator.rules.events import MAX_QUANTITY, SourcePosition
-from consolidator.rules.policy import FlushReason, Policy
-from consolidator.rules.shape import EventView, Shape, aggregate, parse_outputs, within_bounds
 
 BIG = 2**62
 
@@ -81,7 +79,7 @@ def searched_prefix(members: list[Member], shape: Shape) -> int:
     """``bounded_prefix`` without its one-pass bound: every prefix :func:`fit_count` probes is
     aggregated and checked."""
     def fits(m: int) -> bool:
-        newest = sorted(_newest_per_item(members[:m]).values(), key=lambda x: x.position)
+        newest = sorted(newest_per_item(members[:m]).values(), key=lambda x: x.position)
         return within_bounds(aggregate(shape, [x.items.event for x in newest]))
     return fit_count(fits, lambda m: min(m, len(members)))
 

@@ -45,17 +45,18 @@ def _decoded(records: list[KafkaRecord], names: FieldNames) -> list[tuple[str, B
     return out
 
 
-def _check(history: list[tuple[str, BufferedEvent, str]], policy: Policy, kept: list | None = None) -> set[str]:
+def _check(history: list[tuple[str, BufferedEvent, str]], policy: Policy, names: FieldNames,
+           kept: list | None = None) -> set[str]:
     """Asserts the columnar batches equal the reference's; returns the groups handed back.
     ``kept``: each event's ``decode_shape.Kept`` (None: read its items text), as the replay's
     decoding after the shuffle gives them (the items text then null)."""
-    assert is_plain_shaped(policy)
+    assert is_plain_shaped(policy, names)
     texts = [t if kept is None or kept[i] is None else None for i, (_, _, t) in enumerate(history)]
     chunk = make_chunk([g for g, _, _ in history], [e.timestamp_ms for _, e, _ in history],
                        [e.position.topic for _, e, _ in history], [e.position.partition for _, e, _ in history],
                        [e.position.offset for _, e, _ in history], [e.item_id for _, e, _ in history],
                        pa.array(texts, pa.string()), kept)
-    batches, handed_back = simulate_chunk_shaped(chunk, policy)
+    batches, handed_back = simulate_chunk_shaped(chunk, policy, names)
     got: dict[str, list] = {}
     for b in batches.to_pylist():
         got.setdefault(b["group_key"], []).append(
@@ -63,13 +64,13 @@ def _check(history: list[tuple[str, BufferedEvent, str]], policy: Policy, kept: 
              b["body"]))
     back = set()
     for key in sorted({g for g, _, _ in history}):
-        reference = simulate_group(key, [e for g, e, _ in history if g == key], policy)
+        reference = simulate_group(key, [e for g, e, _ in history if g == key], policy, names)
         if chunk.group_keys.index(key) in handed_back:
             assert key not in got
             back.add(key)
             assert (any(b.reason == FlushReason.FULL or len(b.members) == policy.max_batch_size
                         for b in reference.batches)
-                    or not bounds_safe(policy.shape, [e.items.event for g, e, _ in history if g == key]))
+                    or not bounds_safe(names.shape, [e.items.event for g, e, _ in history if g == key]))
             continue
         expected = [(str(b.reason), b.flushed_at_ms, b.batch_id, len(b.members), b.message["event_count"],
                      b.latencies_ms, encode(b.message).decode()) for b in reference.batches]
@@ -77,9 +78,9 @@ def _check(history: list[tuple[str, BufferedEvent, str]], policy: Policy, kept: 
     return back
 
 
-def _policy(rng: random.Random, shape: Shape) -> Policy:
+def _policy(rng: random.Random) -> Policy:
     return Policy(debounce_ms=rng.choice([1_000, 20_000, 60_000]), hard_window_ms=rng.choice([30_000, 300_000]),
-                  max_batch_size=rng.choice([2, 4, 500]), tick_interval_ms=rng.choice([1_000, 30_000]), shape=shape)
+                  max_batch_size=rng.choice([2, 4, 500]), tick_interval_ms=rng.choice([1_000, 30_000]))
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -90,13 +91,13 @@ def test_columnar_shaped_simulation_equals_the_reference(seed):
     start = MONTH_END - rng.choice([60_000, 1_000_000, 3_000_000])
     records = random_history(rng, start, count=rng.choice([20, 150]))
     history = _decoded(records, names)
-    policy = _policy(rng, shape)
-    _check(history, policy)
+    policy = _policy(rng)
+    _check(history, policy, names)
     # the same events as decoding after the shuffle keeps them (some left to their items text)
     valid = [r.value for r in records if _valid(r, names)]
     kept = decode_kept(valid, names, 262_144)[2]
     assert any(k is not None for k in kept)
-    assert _check(history, policy, kept) == _check(history, policy)
+    assert _check(history, policy, names, kept) == _check(history, policy, names)
 
 
 def _valid(record: KafkaRecord, names: FieldNames) -> bool:
@@ -115,5 +116,5 @@ def test_groups_whose_sums_may_leave_int64_are_handed_back_and_the_others_kept()
         {"tenant": tenant, "user": f"u{offset}", "amount": amount}).encode())
         for offset, (tenant, amount) in enumerate([("big", 2**62), ("big", 2**62), ("big", -5), ("small", 3),
                                                    ("small", 2.5)])]
-    policy = Policy(debounce_ms=60_000, hard_window_ms=300_000, tick_interval_ms=1_000, shape=shape)
-    assert _check(_decoded(records, names), policy) == {"big"}
+    policy = Policy(debounce_ms=60_000, hard_window_ms=300_000, tick_interval_ms=1_000)
+    assert _check(_decoded(records, names), policy, names) == {"big"}

@@ -152,3 +152,12 @@ def test_settings_repr_shows_no_url_credentials(env):
            "CONSOLIDATOR_REDIS_URL": "rediss://:tok3n@cache:6379/0"})
     text = repr(load_settings(FlushSettings))
     assert "hunter2" not in text and "tok3n" not in text
+
+
+def test_a_variable_that_must_be_a_json_object_and_is_not_is_named_with_where_it_broke(env):
+    from consolidator.settings import MigrateSettings
+
+    env(**BASE, CONSOLIDATOR_DATABASE_USERS='{"ingest": ')
+    with pytest.raises(ConfigurationError, match=r"^invalid configuration: CONSOLIDATOR_DATABASE_USERS: not valid JSON"
+                                                 r" \(Expecting value: line 1 column 12 \(char 11\)\)$"):
+        load_settings(MigrateSettings)

@@ -9,17 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consolidator.rules.batch import (
-    Member,
-    MessageOptions,
-    build_message,
-    encode,
-    load_schema,
-    message_bytes,
-    message_bytes_bound,
-    schema_name,
-    split_to_fit,
-)
+from consolidator.rules.batch import Member, build_message, encode, load_schema, schema_name
 from consolidator.rules.events import (
     FieldNames,
     KafkaRecord,
@@ -40,6 +30,12 @@ from consolidator.rules.shape import (
     retain,
     stored_items,
     stored_text,
+)
+from consolidator.rules.split import (
+    MessageOptions,
+    message_bytes,
+    message_bytes_bound,
+    split_to_fit,
 )
 from consolidator.settings import ConfigurationError, IngestSettings, load_settings
 from consolidator.sinks.sqs_text import escaped_bytes

@@ -1,5 +1,5 @@
 """The bound of a generic shape's outputs (int64, the double range) is sound, and
-``batch.bounded_prefix`` gives with it exactly what probing prefixes gives: random specs over
+``split.bounded_prefix`` gives with it exactly what probing prefixes gives: random specs over
 random events, with integers near the int64 bound and doubles near the largest one, so that
 claims do split."""
 
@@ -10,10 +10,11 @@ import random
 import pytest
 from random_shapes import random_shape
 
-from consolidator.rules.batch import Member, _newest_per_item, bounded_prefix, fit_count
+from consolidator.rules.batch import Member, newest_per_item
 from consolidator.rules.events import SourcePosition
 from consolidator.rules.shape import ValueFault, aggregate, retain, within_bounds
 from consolidator.rules.shape_bounds import bounds_safe
+from consolidator.rules.split import bounded_prefix, fit_count
 
 
 def _event(rng: random.Random) -> dict:
@@ -26,7 +27,7 @@ def _event(rng: random.Random) -> dict:
 def _probed(members: list[Member], shape) -> int:
     """bounded_prefix's probing, without the bound."""
     def fits(m: int) -> bool:
-        newest = sorted(_newest_per_item(members[:m]).values(), key=lambda x: x.position)
+        newest = sorted(newest_per_item(members[:m]).values(), key=lambda x: x.position)
         return within_bounds(aggregate(shape, [x.items.event for x in newest]))
     return fit_count(fits, lambda m: min(m, len(members)))
 

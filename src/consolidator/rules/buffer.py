@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from consolidator.rules.batch import Member, fit_claims
+from consolidator.rules.batch import Member
 from consolidator.rules.events import Event, SourcePosition, bucket_of
 from consolidator.rules.policy import (
     FlushReason,
@@ -28,9 +28,12 @@ from consolidator.rules.policy import (
     GroupStats,
     Policy,
     RateState,
+    expires_at_ms,
     next_due_ms,
     plan_group,
 )
+from consolidator.rules.shape import REFERENCE_SHAPE, Shape
+from consolidator.rules.split import fit_claims
 
 RowKey = tuple[int, str]  # (bucket, item_id)
 
@@ -55,13 +58,13 @@ def event_time_of(event: BufferedEvent | Event) -> int:
     return event.timestamp_ms if stamp is None else stamp
 
 
-def claim_split(group_key: str, now_ms: int, policy: Policy,
-                tracked: bool = False) -> Callable[[FlushReason, list[Member]], list[list[Member]]]:
+def claim_split(group_key: str, now_ms: int, policy: Policy, tracked: bool = False, *,
+                shape: Shape = REFERENCE_SHAPE) -> Callable[[FlushReason, list[Member]], list[list[Member]]]:
     """The ``split`` of :func:`~consolidator.rules.policy.plan_group`: a claim as the batches the
-    flush's claim makes of it (:func:`~consolidator.rules.batch.fit_claims`: byte cap, sums within bounds),
+    flush's claim makes of it (:func:`~consolidator.rules.split.fit_claims`: byte cap, sums within bounds),
     so that the plan counts each batch against the rate limit, as the Lambda path does."""
     return lambda reason, members: [rows for _, rows in fit_claims(group_key, [(reason, members)], now_ms, policy,
-                                                                    tracked)]
+                                                                    tracked, shape=shape)]
 
 
 @dataclass
@@ -122,18 +125,19 @@ class PendingBuffer:
         if policy.ttl_ms:
             newest = [m.record_ts_ms for m in self.rows.values() if m.record_ts_ms is not None]
             if newest:
-                wake = min(wake, min(newest) + policy.ttl_ms + 1)
+                wake = min(wake, expires_at_ms(min(newest), policy))
         return max(due, wake)
 
-    def plan(self, now_ms: int, policy: Policy, tracked: bool = False) -> GroupPlan[Member]:
+    def plan(self, now_ms: int, policy: Policy, tracked: bool = False, *,
+             shape: Shape = REFERENCE_SHAPE) -> GroupPlan[Member]:
         """:func:`plan_group` at ``now_ms``: claimed and expired rows leave the buffer, the rate
-        state moves on."""
+        state moves on; claims split as messages of event shape ``shape`` (:func:`claim_split`)."""
         if not self.rows:
             self.throttled_until_ms = None
             return GroupPlan([], [], [], self.rate)
         keys = {member.position: key for key, member in self.rows.items()}
         plan = plan_group(self.group_key, self.rows.values(), now_ms, policy, self.rate,
-                          claim_split(self.group_key, now_ms, policy, tracked))
+                          claim_split(self.group_key, now_ms, policy, tracked, shape=shape))
         self.rate, self.throttled_until_ms = plan.rate, plan.throttled_until_ms
         if plan.claims or plan.expired:
             self.rows = {keys[m.position]: m for m in plan.remaining}

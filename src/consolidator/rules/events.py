@@ -77,7 +77,8 @@ class FieldNames:
     :class:`~consolidator.rules.shape.Shape` makes each event keep what that shape reads
     (:class:`~consolidator.rules.shape.EventView`) and the items fields unused. ``event_time``: the
     path of the event's own time in the value (:mod:`consolidator.rules.event_time`); None: the
-    record timestamp is the event's time."""
+    record timestamp is the event's time. The one object that carries the shape: the flush and the
+    simulations build their messages with the shape and event times of the names the events were read with."""
 
     group_key: str = "location_id"
     item_id: str = "order_id"
@@ -86,6 +87,14 @@ class FieldNames:
     quantity: str = "quantity"
     shape: Shape = REFERENCE_SHAPE
     event_time: Path | None = None
+
+    @property
+    def event_times(self) -> bool:
+        """An event time field is configured: the messages' event times are the rows' ``record_ts_ms``."""
+        return self.event_time is not None
+
+
+DEFAULT_NAMES = FieldNames()  # the reference shape's default field names
 
 
 class Event(NamedTuple):

@@ -21,9 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Generic, NamedTuple, Protocol, TypeVar
-
-from consolidator.rules.shape import REFERENCE_SHAPE, Shape
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 
 class FlushReason(StrEnum):
@@ -56,15 +54,13 @@ class Policy:
     hard_window_ms: int = 1_800_000
     max_batch_size: int = 500
     tick_interval_ms: int = 30_000
-    max_batch_bytes: int | None = None  # encoded message cap; a claim is split to fit (batch.split_to_fit)
+    max_batch_bytes: int | None = None  # encoded message cap; a claim is split to fit (split.split_to_fit)
     # how the sink counts a message body against ``max_batch_bytes`` (the sink's ``measure_body``):
     # the encoded bytes as they are, or as the sink writes them (SQS escapes some characters)
     measure_body: Callable[[bytes], int] = len
     rate_limit: RateLimit | None = None  # the default of every group; None: unlimited
     ttl_ms: int = 0  # event time-to-live; 0: off (the deployed setting defaults to 6 h)
     rate_overrides: tuple[tuple[str, RateLimit], ...] = ()  # per group, win over ``rate_limit``
-    shape: Shape = REFERENCE_SHAPE  # the messages' event shape (consolidator.rules.shape); the reference: version 1
-    event_times: bool = False  # an event time field is configured: the messages' event times are the rows' record_ts_ms
 
     def __post_init__(self) -> None:
         if min(self.debounce_ms, self.hard_window_ms, self.max_batch_size, self.tick_interval_ms) <= 0:
@@ -105,15 +101,64 @@ class PendingRow(Protocol):
 R = TypeVar("R", bound=PendingRow)
 
 
+# -- the due rule, written once: on scalars and, element-wise, on numpy arrays ----------------
+#
+# A group of ``count`` PENDING rows whose oldest row was first seen at ``oldest_ms`` and whose
+# newest update was at ``newest_ms`` is due once it is full, or a hard window past its oldest
+# row, or a debounce past its newest update. The scalar callers (:func:`due_reason`,
+# :func:`next_due`) and the vectorised ones (``spark/pending.py``, ``spark/columnar.py``: numpy
+# arrays of groups or sessions) call these functions; they use only ``+``, ``>=`` and ``|``.
+
+#: An int, or a numpy array of ints: the due rule's functions work on either, element-wise.
+Ints = Any
+
+
+def is_full(count: Ints, policy: Policy) -> Ints:
+    """The group holds ``max_batch_size`` rows or more: due at once (reason ``full``)."""
+    return count >= policy.max_batch_size
+
+
+def hard_window_at_ms(oldest_ms: Ints, policy: Policy) -> Ints:
+    """When a group whose oldest row was first seen at ``oldest_ms`` reaches its hard window."""
+    return oldest_ms + policy.hard_window_ms
+
+
+def idle_at_ms(newest_ms: Ints, policy: Policy) -> Ints:
+    """When a group last updated at ``newest_ms`` has been idle for the debounce."""
+    return newest_ms + policy.debounce_ms
+
+
+def is_due(count: Ints, oldest_ms: Ints, newest_ms: Ints, now_ms: Ints, policy: Policy) -> Ints:
+    """The group (``count`` > 0 rows, oldest first seen at ``oldest_ms``, newest update at
+    ``newest_ms``) is due at ``now_ms``: full, or past its hard window, or idle for the debounce.
+    Scalars give a bool, numpy arrays an array of them."""
+    return (is_full(count, policy) | (now_ms >= hard_window_at_ms(oldest_ms, policy))
+            | (now_ms >= idle_at_ms(newest_ms, policy)))
+
+
+def _choose(condition: bool, if_true: int, if_false: int) -> int:
+    return if_true if condition else if_false
+
+
+def due_at_ms(count: Ints, oldest_ms: Ints, newest_ms: Ints, policy: Policy,
+              minimum: Callable = min, where: Callable = _choose) -> Ints:
+    """The earliest time at which :func:`is_due` holds if nothing else arrives: a full group
+    from its newest update on, else its hard window or its idle time, whichever comes first.
+    On numpy arrays pass ``minimum=np.minimum, where=np.where``."""
+    return where(is_full(count, policy), newest_ms,
+                 minimum(hard_window_at_ms(oldest_ms, policy), idle_at_ms(newest_ms, policy)))
+
+
 def due_reason(stats: GroupStats, now_ms: int, policy: Policy) -> FlushReason | None:
-    """Why the group is due at ``now_ms`` (``full`` before ``hard_window`` before ``idle``), or None."""
+    """Why the group is due at ``now_ms`` (``full`` before ``hard_window`` before ``idle``), or
+    None: :func:`is_due`, reason by reason."""
     if stats.pending <= 0:
         return None
-    if stats.pending >= policy.max_batch_size:
+    if is_full(stats.pending, policy):
         return FlushReason.FULL
-    if now_ms - stats.oldest_first_seen_ms >= policy.hard_window_ms:
+    if now_ms >= hard_window_at_ms(stats.oldest_first_seen_ms, policy):
         return FlushReason.HARD_WINDOW
-    if now_ms - stats.newest_update_ms >= policy.debounce_ms:
+    if now_ms >= idle_at_ms(stats.newest_update_ms, policy):
         return FlushReason.IDLE
     return None
 
@@ -152,13 +197,20 @@ def plan_batches(
 # -- time-to-live ----------------------------------------------------------------------------
 
 
+def expires_at_ms(record_ts_ms: int, policy: Policy) -> int:
+    """The first time at which a row whose newest event has the record timestamp
+    ``record_ts_ms`` is older than the TTL (whether the TTL is on is :func:`is_expired`'s)."""
+    return record_ts_ms + policy.ttl_ms + 1
+
+
 def is_expired(record_ts_ms: int | None, now_ms: int, policy: Policy) -> bool:
     """The row's newest event is older than the TTL at ``now_ms`` (never when the TTL is off)."""
-    return bool(policy.ttl_ms) and record_ts_ms is not None and now_ms - record_ts_ms > policy.ttl_ms
+    return bool(policy.ttl_ms) and record_ts_ms is not None and now_ms >= expires_at_ms(record_ts_ms, policy)
 
 
 def expiry_cutoff_ms(now_ms: int, policy: Policy) -> int | None:
-    """Rows with ``record_ts_ms < cutoff`` are expired at ``now_ms`` (None when the TTL is off)."""
+    """Rows with ``record_ts_ms < cutoff`` are expired at ``now_ms`` (None when the TTL is off):
+    :func:`is_expired` as a bound for SQL."""
     return now_ms - policy.ttl_ms if policy.ttl_ms else None
 
 
@@ -265,15 +317,16 @@ def plan_group(
 
 
 def next_due(stats: GroupStats, policy: Policy) -> tuple[FlushReason, int] | None:
-    """Why and when the group first becomes due if nothing else arrives (None when empty):
-    :func:`due_reason` gives that reason at that time and None at every earlier one (``full``
-    is due from its newest update on)."""
+    """Why and when the group first becomes due if nothing else arrives (None when empty): the
+    time :func:`due_at_ms` gives, with the reason :func:`due_reason` gives at that time (it
+    gives None at every earlier one; ``full`` is due from its newest update on, a hard window
+    that ends with the idle time wins)."""
     if stats.pending <= 0:
         return None
-    if stats.pending >= policy.max_batch_size:
+    if is_full(stats.pending, policy):
         return FlushReason.FULL, stats.newest_update_ms
-    hard = stats.oldest_first_seen_ms + policy.hard_window_ms
-    idle = stats.newest_update_ms + policy.debounce_ms
+    hard = hard_window_at_ms(stats.oldest_first_seen_ms, policy)
+    idle = idle_at_ms(stats.newest_update_ms, policy)
     return (FlushReason.HARD_WINDOW, hard) if hard <= idle else (FlushReason.IDLE, idle)
 
 
@@ -283,7 +336,8 @@ def next_due_ms(stats: GroupStats, policy: Policy) -> int | None:
     return None if found is None else found[1]
 
 
-def next_tick_ms(at_ms: int, policy: Policy) -> int:
-    """First flush tick at or after ``at_ms`` on the grid of multiples of ``tick_interval``."""
+def next_tick_ms(at_ms: Ints, policy: Policy) -> Ints:
+    """First flush tick at or after ``at_ms`` on the grid of multiples of ``tick_interval``
+    (element-wise on a numpy array)."""
     interval = policy.tick_interval_ms
     return -(-at_ms // interval) * interval

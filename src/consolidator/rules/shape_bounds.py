@@ -1,7 +1,7 @@
 """When a shape's outputs provably stay within bounds, without computing them (pure).
 
 A claim's outputs must stay within bounds (:func:`consolidator.rules.shape.within_bounds`: integers
-within int64, doubles finite); where they might not, :func:`consolidator.rules.batch.bounded_prefix`
+within int64, doubles finite); where they might not, :func:`consolidator.rules.split.bounded_prefix`
 splits the claim at the longest prefix that stays within them, which costs an aggregation per
 probed prefix. :func:`bounds_safe` decides the common case at once: it bounds every output over
 every subset of the events, so when it says yes, every prefix fits and the claim stays whole

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from consolidator.rules.batch import Member, build_message
 from consolidator.rules.buffer import BufferedEvent, PendingBuffer
 from consolidator.rules.deadletter import expired_entry
-from consolidator.rules.policy import FlushReason, Policy, next_tick_ms
+from consolidator.rules.events import DEFAULT_NAMES, FieldNames
+from consolidator.rules.policy import FlushReason, Policy, is_expired, next_tick_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +56,13 @@ class GroupReplay:
 def is_late(member: Member, policy: Policy) -> bool:
     """Whether ``member``'s newest event was already older than the TTL when its row first
     appeared (a late arrival: only an event time field makes one possible)."""
-    return bool(policy.ttl_ms) and member.record_ts_ms is not None and \
-        member.first_seen_ms - member.record_ts_ms > policy.ttl_ms
+    return is_expired(member.record_ts_ms, member.first_seen_ms, policy)
 
 
-def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Policy) -> GroupReplay:
-    """All batches one group yields under ``policy`` on the serverless tick schedule.
+def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Policy,
+                   names: FieldNames = DEFAULT_NAMES) -> GroupReplay:
+    """All batches one group yields under ``policy`` on the serverless tick schedule, its messages
+    of the shape and event times of ``names`` (the field names its events were read with).
 
     Jumps straight to the next tick where something can happen: the first tick at or after
     the group's ``next_due_ms``, unless the next record arrives at or before it (then that
@@ -85,13 +87,13 @@ def simulate_group(group_key: str, events: Sequence[BufferedEvent], policy: Poli
                 replayed += 1
             continue
         assert tick is not None  # the loop condition guarantees pending rows here
-        plan = buffer.plan(tick, policy)
+        plan = buffer.plan(tick, policy, shape=names.shape)
         expired.extend(expired_entry(group_key, m, tick, tick) for m in plan.expired)
         late.extend(is_late(m, policy) for m in plan.expired)
         for claim in plan.claims:
             message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=tick,
-                                    held_back_ms=claim.held_back_ms, shape=policy.shape,
-                                    event_times=policy.event_times)
+                                    held_back_ms=claim.held_back_ms, shape=names.shape,
+                                    event_times=names.event_times)
             batches.append(ReplayBatch(group_key, claim.reason, tick, tuple(claim.rows), message,
                                        claim.held_back_ms))
     return GroupReplay(batches, len(ordered), replayed, expired, late)

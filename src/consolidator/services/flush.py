@@ -18,6 +18,10 @@ Guarantees (docs/semantics.md sections 5 and 9):
 - TTL: rows of a due group whose newest event is older than ``policy.ttl_ms`` are claimed under
   an expiry record, written to the dead-letter destination (reason ``expired``) and only then
   marked EXPIRED (``EventsExpired``); until confirmed they stay CLAIMED and are retried.
+
+The tick's steps live beside it: the claim (``flush_claim.py``), the delivery of claimed batches
+(``flush_publish.py``), failed attempts and dead batches (``flush_failures.py``), the report
+(``flush_report.py``); the wiring from settings is ``flush_setup.py``.
 """
 
 from __future__ import annotations
@@ -27,10 +31,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from consolidator.rules.batch import MessageOptions, build_message, encode
 from consolidator.rules.clock import Clock
-from consolidator.rules.deadletter import dead_batch_entry, unbuilt_batch_entry
 from consolidator.rules.errors import LockUnavailable, StoreError, StoreRefused, StoreUnavailable
+from consolidator.rules.events import DEFAULT_NAMES, FieldNames
 from consolidator.rules.policy import (
     FlushReason,
     GroupStats,
@@ -39,47 +42,31 @@ from consolidator.rules.policy import (
     due_groups,
     expiry_cutoff_ms,
 )
-from consolidator.rules.tracecontext import TraceContext
+from consolidator.rules.split import MessageOptions
 from consolidator.services.due import DueGroup, due_groups_now, rate_limits
 from consolidator.services.expiry import Expiry
 from consolidator.services.flush_claim import ClaimStep, Group, Tick
-from consolidator.services.flush_report import (
-    REASON_METRICS,
-    PublishedBatch,
-    TickReport,
-)
+from consolidator.services.flush_failures import FailedBatches
+from consolidator.services.flush_publish import Publishing
+from consolidator.services.flush_report import TickReport
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
-from consolidator.services.spans import end_publish_span, start_publish_span
-from consolidator.sinks import OutgoingBatch, Sink
+from consolidator.sinks import Sink
 from consolidator.sinks.deadletter import DeadLetter
-from consolidator.store.completion import SealedBatch
 from consolidator.store.lock import RedisLock
 from consolidator.store.mysql import ClaimedBatch, MySQLStore
-from consolidator.support import tracing
 from consolidator.support.collector import collector_paused
 
 log = logging.getLogger(__name__)
 UNBOUNDED_MS = 2**62  # the time left of a tick without a deadline
 
 @dataclass
-class _Pending:
-    """A batch about to be published: the claim and its attempt number (failed publishes + 1)."""
-
-    batch: ClaimedBatch
-    attempt: int
-    body: bytes
-    seal: SealedBatch | None = None  # completion tracking on: what the seal records
-    contexts: tuple[TraceContext, ...] = ()  # the members' trace contexts, batch order
-    traceparent: str | None = None  # the message's own (a member had a trace context)
-
-
-@dataclass
-class FlushService:
+class FlushService(Publishing, FailedBatches):
     store: MySQLStore
     sink: Sink
     dead_letter: DeadLetter
     policy: Policy
     clock: Clock
+    names: FieldNames = DEFAULT_NAMES  # the events' field names: the messages take their shape and event times
     max_attempts: int = 5
     max_rows_per_tick: int = 20_000
     metrics: MetricsRecorder = field(default_factory=NoMetrics)
@@ -181,7 +168,7 @@ class FlushService:
         tick.cutoff = expiry_cutoff_ms(tick.now, self.policy)
         step = ClaimStep(self.store, self.policy, self.metrics, self._epochs, self._expiry,
                          lambda batches: self._deliver(batches, report), self.publish_chunk,
-                         MessageOptions.of(self.policy, self.completion_tracking))
+                         MessageOptions.of(self.policy, self.completion_tracking, shape=self.names.shape))
         for stat, reason in due_groups(stats, tick.now, self.policy):
             group = Group(stat.group_key, reason, stat.pending, self._limit(limits, stat.group_key),
                           self.policy.max_batch_size)
@@ -238,203 +225,9 @@ class FlushService:
         self._deliver(chunk, report)
         return rows
 
-    def _unloadable(self, head: dict, error: Exception, report: TickReport) -> None:
-        """A CLAIMED batch whose rows cannot be read (an unexpected error): a failed attempt, and
-        after ``max_attempts`` a dead batch whose entry holds its id and group."""
-        reason = f"batch not loaded: {type(error).__name__}: {error}"
-        report.build_failures += 1
-        report.publish_failures += 1
-        self.metrics.add_metric(name="BatchBuildFailures", unit="Count", value=1)
-        self.metrics.add_metric(name="PublishFailures", unit="Count", value=1)
-        log.error("claimed batch %s not loaded: %s", head["batch_id"], reason, exc_info=error,
-                  extra={"batch_id": head["batch_id"], "group_key": head["group_key"]})
-        try:
-            failures = self.store.record_failure(head["batch_id"], reason)
-        except StoreError as store_error:
-            log.warning("failure not recorded", extra={"batch_id": head["batch_id"], "error": str(store_error)})
-            return
-        if failures is not None and failures >= self.max_attempts:
-            entry = unbuilt_batch_entry(head["batch_id"], head["group_key"], None, failures, reason,
-                                        self.clock.now_ms())
-            self._dead_letter_batch(head["batch_id"], entry, failures, reason, report)
-
     def _expiry(self) -> Expiry:
         return Expiry(self.store, self.dead_letter, self.clock, self.metrics, self.policy.max_batch_size,
                       self._epochs)
-
-    def _deliver(self, batches: list[ClaimedBatch], report: TickReport) -> None:
-        """Publish the batches still CLAIMED, wait for confirmation, mark the confirmed ones SENT
-        in one conditional statement, and count a failure for each rejected one. A chunk whose
-        mark fails stays CLAIMED and is re-published, under the same ids, next tick."""
-        if not batches:
-            return
-        try:
-            failed_before = self.store.begin_publish([b.batch_id for b in batches], self.clock.now_ms())
-            ack_key = self._tracking_key()
-        except StoreError as error:
-            log.warning("batches not checked before publishing; they stay CLAIMED for the next tick",
-                        extra={"batch_ids": [b.batch_id for b in batches], "error": str(error)})
-            return
-        pending: list[_Pending] = []
-        for batch in batches:
-            if batch.batch_id not in failed_before:
-                log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
-                continue
-            attempt = failed_before[batch.batch_id] + 1
-            traces = batch.trace_contexts  # read with its members, at the claim or at the reload
-            try:
-                message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                        ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
-                                        shape=self.policy.shape, event_times=self.policy.event_times,
-                                        trace_contexts=traces)
-                body = encode(message)
-                seal = SealedBatch.of_message(message) if self.completion_tracking else None
-            except Exception as error:  # noqa: BLE001 - this batch only: a failed attempt, retried, then dead
-                self._unbuilt(_Pending(batch, attempt, b""), error, report)
-                continue
-            pending.append(_Pending(batch, attempt, body, seal, traces, message.get("traceparent")))
-        if not pending:
-            return
-        if self.completion_tracking and not self._seal(pending):
-            return
-        spans = self._publish_spans(pending)
-        errors = self.sink.publish([
-            OutgoingBatch(p.batch.batch_id, p.batch.group_key, p.body,
-                          p.traceparent or (None if spans is None else tracing.traceparent_of(spans[i])))
-            for i, p in enumerate(pending)])
-        for index, span in enumerate(spans or ()):
-            end_publish_span(span, errors.get(index))
-        delivered = [item for index, item in enumerate(pending) if index not in errors]
-        for index, item in enumerate(pending):
-            if index in errors:
-                self._failed(item, errors[index], report)
-        if not delivered:
-            return
-        published_at = self.clock.now_ms()
-        try:
-            marked = self.store.mark_sent_many([item.batch.batch_id for item in delivered], published_at)
-        except StoreError as error:
-            for item in delivered:
-                log.error("batch published but not marked; it will be re-published",
-                          extra={"batch_id": item.batch.batch_id, "error": str(error)})
-            return
-        for item in delivered:
-            batch = item.batch
-            if batch.batch_id not in marked:
-                log.info("batch published again after another flusher finished it",
-                         extra={"batch_id": batch.batch_id})
-            log.info("batch published", extra={"batch_id": batch.batch_id, "group_key": batch.group_key,
-                                               "reason": str(batch.reason), "attempt": item.attempt,
-                                               "size": len(batch.members)})
-            report.published.append(PublishedBatch(batch.batch_id, batch.group_key, batch.reason,
-                                                   len(batch.members), item.attempt))
-            self.metrics.add_metric(name="BatchesFlushed", unit="Count", value=1)
-            self.metrics.add_metric(name=REASON_METRICS[batch.reason], unit="Count", value=1)
-            self.metrics.add_metric(name="BatchSize", unit="Count", value=len(batch.members))
-            oldest = min(m.first_seen_ms for m in batch.members)
-            self.metrics.add_metric(name="EventToPublishLatency", unit="Milliseconds",
-                                    value=max(0, published_at - oldest))
-
-    def _publish_spans(self, pending: list[_Pending]) -> list | None:
-        """While tracing is on, one started span per batch about to be published, each linked to
-        its members' trace contexts (:mod:`consolidator.services.spans`) and, when its message
-        carries a ``traceparent``, with the span id that names; None while tracing is off."""
-        if tracing.tracer() is None:
-            return None
-        now = self.clock.now_ms()
-        destination = getattr(self.sink, "destination", "batches")
-        system = getattr(self.sink, "messaging_system", "unknown")
-        spans = []
-        for p in pending:
-            with tracing.span_id_of(p.traceparent):
-                spans.append(start_publish_span(
-                    destination, system, p.batch.batch_id, p.batch.group_key, str(p.batch.reason),
-                    len(p.batch.members), p.attempt,
-                    max(0, now - min((m.first_seen_ms for m in p.batch.members), default=now)), p.contexts))
-        return spans
-
-    def _tracking_key(self) -> bytes | None:
-        """The ack key (read from the store once) when completion tracking is on, else None."""
-        if self.completion_tracking and self._ack_key is None:
-            self._ack_key = self.store.ack_key()
-        return self._ack_key if self.completion_tracking else None
-
-    def _seal(self, pending: list[_Pending]) -> bool:
-        """Completion tracking: seal the batches (idempotent, one transaction) before they are
-        published, so no tracked message leaves unsealed. False: not sealed, not published;
-        the batches stay CLAIMED for the next tick."""
-        try:
-            self.store.seal([p.seal for p in pending], self.clock.now_ms())
-        except StoreError as error:
-            log.warning("batches not sealed; not published this tick",
-                        extra={"batch_ids": [p.batch.batch_id for p in pending], "error": str(error)})
-            return False
-        return True
-
-    def _unbuilt(self, item: _Pending, error: Exception, report: TickReport) -> None:
-        """The batch's message could not be built (an unexpected error): a failed attempt, as a
-        publish the sink refused, counted also in ``BatchBuildFailures``."""
-        report.build_failures += 1
-        self.metrics.add_metric(name="BatchBuildFailures", unit="Count", value=1)
-        log.error("message of batch %s not built", item.batch.batch_id, exc_info=error,
-                  extra={"batch_id": item.batch.batch_id, "group_key": item.batch.group_key})
-        self._failed(item, f"message not built: {type(error).__name__}: {error}", report)
-
-    def _failed(self, item: _Pending, error: str, report: TickReport) -> None:
-        batch = item.batch
-        report.publish_failures += 1
-        self.metrics.add_metric(name="PublishFailures", unit="Count", value=1)
-        # everything an operator needs in the message itself: plain log formats drop the extras
-        log.warning("publish failed for batch %s (group %s, attempt %d); it stays CLAIMED: %s",
-                    batch.batch_id, batch.group_key, item.attempt, error,
-                    extra={"batch_id": batch.batch_id, "group_key": batch.group_key, "attempt": item.attempt,
-                           "error": error})
-        try:
-            failures = self.store.record_failure(batch.batch_id, error)
-        except StoreError as store_error:  # not counted: the batch stays CLAIMED and is retried
-            log.warning("publish failure not recorded", extra={"batch_id": batch.batch_id,
-                                                               "error": str(store_error)})
-            return
-        if failures is not None and failures >= self.max_attempts:
-            self._bury(batch, failures, error, report)
-
-    def _bury(self, batch: ClaimedBatch, attempts: int, error: str, report: TickReport) -> None:
-        """Dead-letter the batch with its last error and its message as published (its
-        ``traceparent`` included); mark it DEAD only once that is confirmed. A batch whose message
-        cannot be built is dead-lettered with its members' positions."""
-        now, ack_key = self.clock.now_ms(), self._tracking_key()
-        try:
-            message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
-                                    ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
-                                    shape=self.policy.shape, event_times=self.policy.event_times,
-                                    trace_contexts=batch.trace_contexts)
-            entry = dead_batch_entry(message, attempts, error, now)
-        except Exception as build_error:  # noqa: BLE001 - why it died, most likely: the entry holds what is known
-            log.warning("dead batch's message not built; dead-lettered without it",
-                        extra={"batch_id": batch.batch_id, "error": f"{type(build_error).__name__}: {build_error}"})
-            entry = unbuilt_batch_entry(batch.batch_id, batch.group_key, batch.members, attempts, error, now)
-        self._dead_letter_batch(batch.batch_id, entry, attempts, error, report)
-
-    def _dead_letter_batch(self, batch_id: str, entry: dict, attempts: int, error: str, report: TickReport) -> None:
-        """Send the dead batch's entry; mark the batch DEAD only once the write is confirmed."""
-        now = self.clock.now_ms()
-        if self.dead_letter.send([entry]):
-            log.error("dead-letter write failed; batch stays CLAIMED and is retried next tick",
-                      extra={"batch_id": batch_id, "attempts": attempts})
-            return
-        try:
-            marked = self.store.mark_dead(batch_id, now, error)
-        except StoreError as store_error:
-            log.error("dead-lettered batch not marked DEAD; retried next tick (duplicate entry possible)",
-                      extra={"batch_id": batch_id, "error": str(store_error)})
-            return
-        if marked:
-            report.dead += 1
-            self.metrics.add_metric(name="DeadBatches", unit="Count", value=1)
-            log.error("batch is DEAD after max attempts; sent to the dead-letter destination",
-                      extra={"batch_id": batch_id, "attempts": attempts, "error": error})
-        else:
-            log.info("batch finished by another flusher before it was marked DEAD", extra={"batch_id": batch_id})
 
     # -- one invocation ----------------------------------------------------------------------
 

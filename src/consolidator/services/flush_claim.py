@@ -19,9 +19,9 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from consolidator.rules.batch import MessageOptions
 from consolidator.rules.errors import DuplicateBatchId, StoreError, StoreRefused, StoreUnavailable
 from consolidator.rules.policy import FlushReason, Policy, RateLimit, due_reason
+from consolidator.rules.split import MessageOptions
 from consolidator.services.expiry import Expiry
 from consolidator.services.flush_report import TickReport, duplicate_batch_id
 from consolidator.services.metrics import MetricsRecorder

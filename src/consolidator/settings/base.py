@@ -44,7 +44,7 @@ SECRET = {"secret": True}
 # Where a setting reaches besides its variable, declared with it (keys of its Field's
 # json_schema_extra, set by :func:`reaches`, read by :func:`reach`):
 # - ``deployed``: the CDK environment files' ``policy`` section carries it, and the stack passes it
-#   to every function whose handler's model declares it (consolidator_infra.config);
+#   to every function whose handler's model declares it (consolidator_infra.config_policy);
 # - ``spark``: the ``consolidator spark`` commands that take it as an option, ``--`` + its name
 #   with dashes unless ``option`` names it otherwise (consolidator.cli.spark.options);
 # - ``grid``: ``spark replay`` takes comma-separated candidates of it (one policy each).

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TypeVar
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from consolidator.rules.errors import ConfigurationError
 from consolidator.settings.base import (
@@ -96,6 +97,10 @@ def load_settings(model: type[S], *, environ: Mapping[str, str] | None = None,
         loaded = model(**given)
     except ValidationError as exc:
         problems += problems_of(exc, model, environ, given, options or {})
+    except SettingsError as exc:  # a JSON-valued variable (a dict) that is not JSON: the value is not echoed
+        field = re.search(r'field "(\w+)"', str(exc))
+        name = ENV_PREFIX + field[1].upper() if field else "a JSON-valued variable"
+        problems.append(f"{name}: not valid JSON ({exc.__cause__ or exc})")
     finally:
         ENVIRON.reset(token)
     if problems:

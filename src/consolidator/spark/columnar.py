@@ -17,7 +17,6 @@ replayed counts (``tests/unit/test_columnar.py``, a property test over random hi
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -27,20 +26,31 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from consolidator.rules.batch import iso_ms
+from consolidator.rules.batch import id_head, id_of, iso_ms, topic_fields
 from consolidator.rules.buffer import BufferedEvent
-from consolidator.rules.events import MAX_QUANTITY, SourcePosition
-from consolidator.rules.policy import FlushReason, Policy
+from consolidator.rules.events import MAX_QUANTITY, FieldNames, SourcePosition
+from consolidator.rules.policy import (
+    FlushReason,
+    Policy,
+    due_at_ms,
+    hard_window_at_ms,
+    idle_at_ms,
+    is_full,
+    next_tick_ms,
+)
 from consolidator.rules.shape import EventView, stored_items
 
-_ID_HEAD = b"consolidator-batch-v25:batch"  # batch.batch_id's version and kind fields
+
+def is_plain(policy: Policy, names: FieldNames) -> bool:
+    """The columnar path models this policy for events read with ``names`` (no rate limit, TTL,
+    byte cap, generic shape or event time field: it writes the version 1 message itself)."""
+    return is_plain_policy(policy) and names.shape.is_reference and not names.event_times
 
 
-def is_plain(policy: Policy) -> bool:
-    """The columnar path models this policy (no rate limit, TTL, byte cap or generic shape: it
-    writes the version 1 message itself)."""
+def is_plain_policy(policy: Policy) -> bool:
+    """No rate limit, TTL or byte cap: what the columnar paths model, whatever the shape."""
     return (policy.rate_limit is None and not policy.rate_overrides and not policy.ttl_ms
-            and policy.max_batch_bytes is None and policy.shape.is_reference and not policy.event_times)
+            and policy.max_batch_bytes is None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,25 +131,20 @@ def _iso(ms: np.ndarray) -> list[str]:
     return [f"{text}Z" for text in np.datetime_as_string(ms.astype("datetime64[ms]"), unit="ms").tolist()]
 
 
-def _ceil_tick(at: np.ndarray, interval: int) -> np.ndarray:
-    return -(-at // interval) * interval
-
-
 def sessions(group: np.ndarray, ts: np.ndarray, policy: Policy) -> np.ndarray:
     """Start indices of the sessions of sorted, replay-free events (see the module docstring)."""
     n = len(ts)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    interval = policy.tick_interval_ms
     breaks = np.ones(n, dtype=bool)
-    breaks[1:] = (group[1:] != group[:-1]) | (ts[1:] > _ceil_tick(ts[:-1] + policy.debounce_ms, interval))
+    breaks[1:] = (group[1:] != group[:-1]) | (ts[1:] > next_tick_ms(idle_at_ms(ts[:-1], policy), policy))
     starts = np.flatnonzero(breaks)
     ends = np.append(starts[1:], n)
-    long = ts[ends - 1] > _ceil_tick(ts[starts] + policy.hard_window_ms, interval)
+    long = ts[ends - 1] > next_tick_ms(hard_window_at_ms(ts[starts], policy), policy)
     extra = []
     for start, end in zip(starts[long].tolist(), ends[long].tolist(), strict=True):
         while True:  # hard-window splits inside one idle segment
-            limit = -(-(int(ts[start]) + policy.hard_window_ms) // interval) * interval
+            limit = next_tick_ms(hard_window_at_ms(int(ts[start]), policy), policy)
             start = start + int(np.searchsorted(ts[start:end], limit, side="right"))
             if start >= end:
                 break
@@ -276,14 +281,16 @@ def plan_sessions(chunk: Chunk, policy: Policy) -> SessionPlan | None:
     row_session = s_o[row_start]
     rows_per_session = np.bincount(row_session, minlength=len(starts))
     full = np.zeros(len(chunk.group_keys), dtype=bool)
-    full[group[starts[rows_per_session >= policy.max_batch_size]]] = True
+    full[group[starts[is_full(rows_per_session, policy)]]] = True
     # claim order inside a session: (first_seen, position)
     claim = np.lexsort((offset[newest], partition[newest], topic[newest], first_seen, row_session))
     ends = np.append(starts[1:], n)
-    hard_at = _ceil_tick(ts[starts] + policy.hard_window_ms, policy.tick_interval_ms)
-    idle_at = _ceil_tick(ts[ends - 1] + policy.debounce_ms, policy.tick_interval_ms)
-    tick = np.minimum(hard_at, idle_at)
-    hard = tick - ts[starts] >= policy.hard_window_ms
+    # a session's flush: the first tick at or after it is due (its oldest row is its first
+    # event, its newest update its last); the reason is the hard window if it has passed then
+    # (a full session's group is handed back, whatever its tick)
+    tick = next_tick_ms(due_at_ms(rows_per_session, ts[starts], ts[ends - 1], policy,
+                                  minimum=np.minimum, where=np.where), policy)
+    hard = tick >= hard_window_at_ms(ts[starts], policy)
     return SessionPlan(keep, group, ts, topic, partition, offset, item, starts, ends, session, newest, first_seen,
                        row_session, rows_per_session, full, claim, tick, hard)
 
@@ -307,8 +314,8 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     topic_json = pa.array([orjson.dumps(t).decode() for t in chunk.topics], pa.string()).take(topic_of)
     # batch-id fields (batch.batch_id): length-prefixed topic, epoch (0 here), partition, offset
     lengths = [pc.cast(pc.binary_length(t), pa.string()) for t in texts]
-    topic_fields = pa.array([f"{len(t.encode())}:{t}1:0" for t in chunk.topics], pa.string()).take(topic_of)
-    line = pc.binary_join_element_wise(topic_fields, lengths[0], ":", texts[0], lengths[1], ":", texts[1], "")
+    topic_head = pa.array([topic_fields(t, 0) for t in chunk.topics], pa.string()).take(topic_of)
+    line = pc.binary_join_element_wise(topic_head, lengths[0], ":", texts[0], lengths[1], ":", texts[1], "")
     member_json = pc.binary_join_element_wise('{"offset":', texts[1], ',"partition":', texts[0], ',"topic":',
                                               topic_json, "}", "")
     per_session = pa.array(np.append(0, np.cumsum(rows_per_session)).astype(np.int32))
@@ -323,7 +330,7 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     item_rows_of = np.append(0, np.cumsum(np.bincount(session[chosen], minlength=len(starts)))).tolist()
     sessions_count = len(starts)
     # rows that are not their item's newest (an item in two month buckets): they count toward the
-    # int64 bound below, as batch.bounded_prefix counts every member of a claim
+    # int64 bound below, as split.bounded_prefix counts every member of a claim
     older = newest[by_item[~last_of_item]]
     older_total = np.zeros(sessions_count, dtype=object)
     for s, text in zip(session[older].tolist(), chunk.items.take(keep[older]).to_pylist(), strict=True):
@@ -337,10 +344,10 @@ def simulate_chunk(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[in
     kept = ~full[group[starts]]
     out = pa.array(np.flatnonzero(kept))
     keys = chunk.group_keys
-    key_fields = [b"%d:%b" % (len(k.encode()), k.encode()) for k in keys]
+    heads = [id_head(k) for k in keys]
     line_bytes = pc.cast(lines.take(out), pa.binary()).to_pylist()
-    ids = pa.array([hashlib.sha256(b"%b%b%b" % (_ID_HEAD, key_fields[g], line)).hexdigest()[:32]
-                    for g, line in zip(group[starts[kept]].tolist(), line_bytes, strict=True)], pa.string())
+    ids = pa.array([id_of(heads[g], line) for g, line in zip(group[starts[kept]].tolist(), line_bytes, strict=True)],
+                   pa.string())
     item_json = pa.array([orjson.dumps(name).decode() for name in chunk.item_ids], pa.string())
     item_ids = _joined(np.asarray(item_rows_of), item_json.take(item[chosen]), ",").take(out)
     entries = pc.binary_join_element_wise('{"quantity":', pc.cast(pa.array(totals.quantity), pa.string()),

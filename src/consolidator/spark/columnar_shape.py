@@ -13,7 +13,7 @@ without building the message dict. Each member's event is parsed and its payload
 A group is handed back to :func:`replay.simulate` (the reference) when one of its sessions
 reaches ``max_batch_size`` rows, or when an output of a session might leave its bounds (int64,
 the double range) on some prefix of its claim (the bound of :mod:`consolidator.rules.shape_bounds`;
-there :func:`consolidator.rules.batch.fit_claims` may split it).
+there :func:`consolidator.rules.split.fit_claims` may split it).
 
 Guarantee: exactly :func:`replay.simulate_group`'s batches, members, messages and latencies
 (``tests/unit/test_columnar_shape.py``, a property test over random shapes and histories).
@@ -21,16 +21,15 @@ Guarantee: exactly :func:`replay.simulate_group`'s batches, members, messages an
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from consolidator.rules.batch import id_head, id_of, topic_fields
+from consolidator.rules.events import FieldNames
 from consolidator.rules.policy import Policy
-from consolidator.rules.shape import REFERENCE_SHAPE, EventView, Shape, payload_of, reduce_values
+from consolidator.rules.shape import EventView, Shape, payload_of, reduce_values
 from consolidator.rules.shape_bounds import (
     DOUBLE_SAFE,
     bound_weights,
@@ -38,21 +37,21 @@ from consolidator.rules.shape_bounds import (
     may_leave_bounds,
 )
 from consolidator.spark.columnar import (
-    _ID_HEAD,
     _REASONS,
     BATCH_SCHEMA,
     Chunk,
     _iso,
-    is_plain,
+    is_plain_policy,
     plan_sessions,
 )
 
 _SORTED = orjson.OPT_SORT_KEYS
 
 
-def is_plain_shaped(policy: Policy) -> bool:
-    """A plain policy (no rate limit, TTL or byte cap) with a generic event shape."""
-    return not policy.shape.is_reference and is_plain(dataclasses.replace(policy, shape=REFERENCE_SHAPE))
+def is_plain_shaped(policy: Policy, names: FieldNames) -> bool:
+    """A plain policy (no rate limit, TTL or byte cap) for events read with ``names``: a generic
+    event shape, no event time field."""
+    return not names.shape.is_reference and is_plain_policy(policy) and not names.event_times
 
 
 def _aggregates(shape: Shape, looked: list[list]) -> dict[str, object]:
@@ -82,12 +81,12 @@ def _kept(chunk: Chunk, rows: np.ndarray, shape: Shape) -> list[tuple[str | None
     return kept
 
 
-def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch, set[int]]:
+def simulate_chunk_shaped(chunk: Chunk, policy: Policy, names: FieldNames) -> tuple[pa.RecordBatch, set[int]]:
     """Batches (:data:`~consolidator.spark.columnar.BATCH_SCHEMA`, version 2 bodies) of every group
-    of ``chunk`` this path can simulate under ``policy`` (plain, with a shape), in group then
-    flush order, and the groups (indices) it hands back to :func:`replay.simulate`."""
-    shape = policy.shape
-    assert not shape.is_reference and is_plain_shaped(policy)
+    of ``chunk`` this path can simulate under ``policy`` (plain) and the shape of ``names``, in group
+    then flush order, and the groups (indices) it hands back to :func:`replay.simulate`."""
+    shape = names.shape
+    assert not shape.is_reference and is_plain_shaped(policy, names)
     plan = plan_sessions(chunk, policy)
     if plan is None:
         return pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA), set()
@@ -111,7 +110,7 @@ def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch,
     offset_text = pc.cast(pa.array(offset[member]), pa.string()).to_pylist()
     topic_of = topic[member].tolist()
     topic_json = [orjson.dumps(t).decode() for t in chunk.topics]
-    topic_field = [f"{len(t.encode())}:{t}1:0" for t in chunk.topics]
+    topic_field = [topic_fields(t, 0) for t in chunk.topics]  # the replay: every topic at epoch 0
     item_json = [orjson.dumps(name).decode() for name in chunk.item_ids]
     member_item = item[member].tolist()
     member_list = member.tolist()
@@ -134,7 +133,7 @@ def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch,
         handed.update(group[starts[at_risk]].tolist())
     keys = chunk.group_keys
     key_json = [orjson.dumps(k).decode() for k in keys]
-    key_fields = [b"%d:%b" % (len(k.encode()), k.encode()) for k in keys]
+    heads = [id_head(k) for k in keys]
     reasons = _REASONS.to_pylist()
     chosen_looked = [looked[i] for i in chosen.tolist()]
     chosen_json = [item_json[i] for i in item[chosen_by_item].tolist()]
@@ -148,7 +147,7 @@ def simulate_chunk_shaped(chunk: Chunk, policy: Policy) -> tuple[pa.RecordBatch,
         ra, rb = row_bounds[s], row_bounds[s + 1]
         ia, ib = item_bounds[s], item_bounds[s + 1]
         aggregates = orjson.dumps(_aggregates(shape, chosen_looked[ia:ib]), option=_SORTED).decode()
-        bid = hashlib.sha256(b"%b%b%b" % (_ID_HEAD, key_fields[g], "".join(line[ra:rb]).encode())).hexdigest()[:32]
+        bid = id_of(heads[g], "".join(line[ra:rb]).encode())
         ids.append(bid)
         body_groups.append(g)
         bodies.append(f'{{"aggregates":{aggregates},"batch_id":"{bid}","event_count":{count},'

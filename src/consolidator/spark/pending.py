@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 from consolidator.rules.batch import Member
 from consolidator.rules.buffer import RowKey, claim_split
 from consolidator.rules.events import SourcePosition, bucket_of
-from consolidator.rules.policy import GroupPlan, Policy, plan_group
-from consolidator.rules.shape import EventView, stored_text
+from consolidator.rules.policy import GroupPlan, Policy, due_at_ms, is_due, plan_group
+from consolidator.rules.shape import REFERENCE_SHAPE, EventView, Shape, stored_text
 from consolidator.spark.columnar import parse_items
 
 SCHEMA = pa.schema([
@@ -145,20 +145,22 @@ class PendingTable:
                 np.minimum.reduceat(_column(self.table, "first_seen_ms"), starts),
                 np.maximum.reduceat(_column(self.table, "last_update_ms"), starts))
 
-    def plan_due(self, now_ms: int, policy: Policy, tracked: bool = False) -> list[tuple[str, GroupPlan[Member]]]:
-        """:func:`plan_group` at ``now_ms`` for every due group; claimed rows leave the table.
+    def plan_due(self, now_ms: int, policy: Policy, tracked: bool = False, *,
+                 shape: Shape = REFERENCE_SHAPE) -> list[tuple[str, GroupPlan[Member]]]:
+        """:func:`plan_group` at ``now_ms`` for every due group (claims split as messages of event
+        shape ``shape``); claimed rows leave the table.
         Returns the plans that claim something."""
         if len(self) == 0:
             return []
         keys, starts, counts, oldest, newest = self._groups()
-        due = ((counts >= policy.max_batch_size) | (now_ms - oldest >= policy.hard_window_ms)
-               | (now_ms - newest >= policy.debounce_ms))
+        due = is_due(counts, oldest, newest, now_ms, policy)
         plans, claimed = [], []
         for g in np.flatnonzero(due):
             first = int(starts[g])
             members = [m for _, _, m in _members(self.table.slice(first, int(counts[g])))]
-            # split where a sum would pass int64 (batch.fitting_prefix)
-            plan = plan_group(keys[g], members, now_ms, policy, split=claim_split(keys[g], now_ms, policy, tracked))
+            # split where a sum would pass int64 (split.fitting_prefix)
+            plan = plan_group(keys[g], members, now_ms, policy, split=claim_split(keys[g], now_ms, policy, tracked,
+                                                                                      shape=shape))
             if plan.claims:
                 row_of = {m.position: first + i for i, m in enumerate(members)}
                 claimed += [row_of[m.position] for claim in plan.claims for m in claim.rows]
@@ -174,9 +176,7 @@ class PendingTable:
         if len(self) == 0:
             return None
         _, _, counts, oldest, newest = self._groups()
-        due = np.where(counts >= policy.max_batch_size, newest,
-                       np.minimum(oldest + policy.hard_window_ms, newest + policy.debounce_ms))
-        return int(due.min())
+        return int(due_at_ms(counts, oldest, newest, policy, minimum=np.minimum, where=np.where).min())
 
     # -- other layouts -----------------------------------------------------------------------
 

@@ -13,17 +13,17 @@ inside a group are no-ops, as in the buffer's position ledger.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from consolidator.rules.batch import Member, build_message, encode, fit_claims
+from consolidator.rules.batch import Member, build_message, encode
 from consolidator.rules.buffer import BufferedEvent
 from consolidator.rules.deadletter import poison_entry
 from consolidator.rules.events import (
+    DEFAULT_NAMES,
     FieldNames,
     KafkaRecord,
     PoisonEvent,
@@ -40,6 +40,7 @@ from consolidator.rules.policy import (
     plan_batches,
 )
 from consolidator.rules.simulation import GroupReplay, ReplayBatch, simulate_group
+from consolidator.rules.split import fit_claims
 from consolidator.support.collector import collector_paused
 
 
@@ -82,15 +83,17 @@ def _arrival(event: BufferedEvent) -> tuple:
     return (event.timestamp_ms, event.position)
 
 
-def simulate(group_key: str, events: Sequence[BufferedEvent], policy: Policy) -> GroupReplay:
+def simulate(group_key: str, events: Sequence[BufferedEvent], policy: Policy,
+             names: FieldNames = DEFAULT_NAMES) -> GroupReplay:
     """:func:`simulate_group_fast` for a plain policy; :func:`simulate_group` (the reference)
     when a rate limit, a TTL or a byte cap takes part, which the fast path does not model."""
     plain = (policy.rate_limit is None and not policy.rate_overrides and not policy.ttl_ms
-             and policy.max_batch_bytes is None and not policy.event_times)
-    return (simulate_group_fast if plain else simulate_group)(group_key, events, policy)
+             and policy.max_batch_bytes is None and not names.event_times)
+    return (simulate_group_fast if plain else simulate_group)(group_key, events, policy, names)
 
 
-def simulate_group_fast(group_key: str, events: Sequence[BufferedEvent], policy: Policy) -> GroupReplay:
+def simulate_group_fast(group_key: str, events: Sequence[BufferedEvent], policy: Policy,
+                        names: FieldNames = DEFAULT_NAMES) -> GroupReplay:
     """Exactly :func:`simulate_group`'s batches, with fewer objects: rows are lists updated in
     place, the group statistics are kept as two integers, and :class:`Member` rows are built only
     when a tick claims. Every decision is still ``policy.py``'s (``next_due_ms``, ``plan_batches``,
@@ -131,14 +134,14 @@ def simulate_group_fast(group_key: str, events: Sequence[BufferedEvent], policy:
         assert tick is not None  # the loop condition guarantees pending rows here
         keys = {row[0]: key for key, row in rows.items()}
         claims, remaining = plan_batches(group_key, [Member(*row) for row in rows.values()], tick, policy)
-        claims = fit_claims(group_key, claims, tick, policy)  # split where a sum would leave its bounds
+        claims = fit_claims(group_key, claims, tick, policy, shape=names.shape)  # split where a sum would leave its bounds
         if claims:
             rows = {keys[m.position]: list(m) for m in remaining}
             oldest = min((m.first_seen_ms for m in remaining), default=0)
             newest = max((m.last_update_ms for m in remaining), default=0)
         for reason, members in claims:
-            message = build_message(group_key, members, reason, flushed_at_ms=tick, shape=policy.shape,
-                                    event_times=policy.event_times)
+            message = build_message(group_key, members, reason, flushed_at_ms=tick, shape=names.shape,
+                                    event_times=names.event_times)
             batches.append(ReplayBatch(group_key, reason, tick, tuple(members), message))
     return GroupReplay(batches, count, replayed)
 
@@ -154,16 +157,16 @@ BATCH, DEAD_LETTER, SUMMARY, EXPIRED = "batch", "dead_letter", "summary", "expir
 LATE_ARRIVAL = "late_arrival"  # an expired row's ``reason`` when its event was older than the TTL on arrival
 
 
-def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNames, int] | None = None,
-                        timed: bool = False):
+def _partition_function(policies: Sequence[NamedPolicy], names: FieldNames = DEFAULT_NAMES,
+                        deferred: tuple[FieldNames, int] | None = None):
     """The Arrow function over one partition of decoded records
     (:data:`~consolidator.spark.transforms.DECODED_SCHEMA`), clustered by group key: whole
     groups at a time go to :func:`columnar.simulate_chunk` (plain policies),
     :func:`columnar_shape.simulate_chunk_shaped` (plain policies with a generic event shape) or
     :func:`simulate` (the rest, and the groups the columnar paths hand back). ``deferred``: the
     field names and event size limit of records left undecoded before the shuffle
-    (:mod:`consolidator.spark.deferred`), decoded here first. ``timed``: an event time field is
-    configured: each event arrives at its record timestamp and its row takes its event time
+    (:mod:`consolidator.spark.deferred`), decoded here first. ``names``: the records' field names,
+    whose shape and event times the messages take; with an event time field each event arrives at its record timestamp and its row takes its event time
     (``event_time_ms``), so an event older than the TTL when it arrives expires (a late arrival)."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -204,7 +207,7 @@ def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNa
             rows.append((DEAD_LETTER, None, None, None, reason, None, None, None, None, encode(entry).decode(), 1, 0))
 
     def reference(name: str, group_key: str, events: list[BufferedEvent], policy: Policy, rows: list[tuple]) -> None:
-        result = simulate(group_key, events, policy)
+        result = simulate(group_key, events, policy, names)
         for b in result.batches:
             rows.append((BATCH, name, group_key, b.batch_id, str(b.reason), b.flushed_at_ms, len(b.members),
                          b.message["event_count"], b.latencies_ms, encode(b.message).decode(), None, None))
@@ -230,7 +233,7 @@ def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNa
             return
         chunk = make_chunk(data["group_key"], data["timestamp_ms"], data["topic"], data["partition"],
                            data["offset"], data["item_id"], data["items"], parsed,
-                           data["event_time_ms"] if timed else None)
+                           data["event_time_ms"] if names.event_times else None)
         starts = np.flatnonzero(np.diff(chunk.group, prepend=-1))
         bounds = np.append(starts, len(chunk.group)).tolist()
         events_of = {}
@@ -242,11 +245,11 @@ def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNa
 
         for named in policies:
             handed_back = set(range(len(chunk.group_keys)))
-            if is_plain(named.policy):
+            if is_plain(named.policy, names):
                 batches, handed_back = simulate_chunk(chunk, named.policy)
                 yield columns(BATCH, named.name, batches)
-            elif is_plain_shaped(named.policy):
-                batches, handed_back = simulate_chunk_shaped(chunk, named.policy)
+            elif is_plain_shaped(named.policy, names):
+                batches, handed_back = simulate_chunk_shaped(chunk, named.policy, names)
                 yield columns(BATCH, named.name, batches)
             for g in sorted(handed_back):
                 reference(named.name, chunk.group_keys[g], events(g), named.policy, rows)
@@ -276,9 +279,6 @@ def _partition_function(policies: Sequence[NamedPolicy], deferred: tuple[FieldNa
     return run
 
 
-DEFAULT_NAMES = FieldNames()
-
-
 def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFAULT_NAMES,
            max_event_bytes: int = 262_144, values=None, defer: bool = True):
     """Records (:data:`~consolidator.spark.transforms.RECORD_SCHEMA`) -> one frame of batches,
@@ -302,10 +302,6 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFA
     names_seen = [p.name for p in policies]
     if len(set(names_seen)) != len(names_seen):
         raise ValueError(f"policy names must be unique: {names_seen}")
-    # the messages' shape is the decoder's: every policy of the grid builds them with it
-    policies = [dataclasses.replace(p, policy=dataclasses.replace(p.policy, shape=names.shape,
-                                                               event_times=names.event_time is not None))
-                for p in policies]
     defer = defer and deferrable(names, values)
     frame = decode(records_df, names, max_event_bytes, values=values, defer=defer)
     # the key where a dead-letter entry may need it: poison, and values decoded after the shuffle
@@ -317,8 +313,7 @@ def replay(records_df, policies: Sequence[NamedPolicy], names: FieldNames = DEFA
     # batch goes on in the next), and each chunk is sorted again in simulation order in Python
     # (columnar.make_chunk). Sorting on all five keys cost about 0.7 s more per million records.
     return (needed.repartition("group_key").sortWithinPartitions("group_key")
-            .mapInArrow(_partition_function(policies, (names, max_event_bytes) if defer else None,
-                                            timed=names.event_time is not None), OUTPUT_SCHEMA))
+            .mapInArrow(_partition_function(policies, names, (names, max_event_bytes) if defer else None), OUTPUT_SCHEMA))
 
 
 def write_outputs(result, out_dir: str) -> None:

@@ -27,7 +27,7 @@ from consolidator.rules.batch import Member
 from consolidator.rules.buffer import PendingBuffer, RowKey
 from consolidator.rules.events import SourcePosition
 from consolidator.rules.policy import GroupPlan, Policy, RateState
-from consolidator.rules.shape import EventView, stored_text
+from consolidator.rules.shape import REFERENCE_SHAPE, EventView, Shape, stored_text
 from consolidator.spark.columnar import parse_items
 
 #: State keys per streaming query. At least the shuffle partitions of the stateful stage (a
@@ -112,14 +112,15 @@ class Shard:
             self._open[group_key] = buffer
         return buffer
 
-    def plan_due(self, now_ms: int, policy: Policy, tracked: bool = False) -> Iterator[tuple[str, GroupPlan[Member]]]:
+    def plan_due(self, now_ms: int, policy: Policy, tracked: bool = False, *,
+                 shape: Shape = REFERENCE_SHAPE) -> Iterator[tuple[str, GroupPlan[Member]]]:
         """:meth:`PendingBuffer.plan` at ``now_ms`` for every touched group and every group due
         by ``now_ms``; yields the plans that claim or expire something (``tracked``: the
-        messages carry the tracking fields, counted under the byte cap)."""
+        messages carry the tracking fields, counted under the byte cap; ``shape``: their event shape)."""
         for group_key in [g for g, entry in self._entries.items() if entry[0] is not None and entry[0] <= now_ms]:
             self.buffer(group_key)
         for group_key, buffer in self._open.items():
-            plan = buffer.plan(now_ms, policy, tracked)
+            plan = buffer.plan(now_ms, policy, tracked, shape=shape)
             if plan.claims or plan.expired:
                 yield group_key, plan
 

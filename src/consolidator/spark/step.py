@@ -6,7 +6,7 @@ does with a shard's state row when Spark hands it a micro-batch's records
 layout of the policy (:class:`~consolidator.spark.pending.PendingTable` under a plain policy, with
 or without a generic shape, else
 :class:`~consolidator.spark.shards.Shard`), ingest, claim what is due, build the messages with the
-policy's shape, and say what to store and which timer to delete or register. The processor only
+field names' shape, and say what to store and which timer to delete or register. The processor only
 reads the state row, applies the :class:`StepResult` to Spark's state and timers, and yields its
 rows: so the cross-engine tests drive this very code, micro-batch by micro-batch, with a state
 round trip in between, and no SparkSession.
@@ -17,7 +17,6 @@ no I/O); a shard left with rows is always left with a timer at or before its ear
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -55,15 +54,17 @@ class StepResult:
 
 
 class ShardStep:
-    """One shard's micro-batch step under ``policy`` (whose ``shape`` the messages take) with
-    ``shards`` state keys; ``ack_key``: completion tracking (messages carry ack tokens)."""
+    """One shard's micro-batch step under ``policy`` for events read with ``names`` (whose shape and
+    event times the messages take) with ``shards`` state keys; ``ack_key``: completion tracking
+    (messages carry ack tokens)."""
 
-    def __init__(self, policy: Policy, shards: int, ack_key: bytes | None = None) -> None:
+    def __init__(self, policy: Policy, names: FieldNames, shards: int, ack_key: bytes | None = None) -> None:
         self.policy = policy
+        self.names = names
         self.shards = shards
         self.ack_key = ack_key
         # rows as columns (PendingTable) under a plain policy, whatever its shape, else per group (Shard)
-        self.plain = is_plain(policy) or is_plain_shaped(policy)
+        self.plain = is_plain(policy, names) or is_plain_shaped(policy, names)
 
     def input_rows(self, stored: tuple | None, records, now_ms: int) -> StepResult:
         """A micro-batch's records of this shard (:data:`~consolidator.spark.packing.RECORD_COLUMNS`),
@@ -123,14 +124,15 @@ class ShardStep:
         """Claims of every group due at ``now_ms`` as batch rows, expired rows as dead-letter
         rows (like the Lambda path's expiry)."""
         out = []
-        for group_key, plan in shard.plan_due(now_ms, self.policy, self.ack_key is not None):
+        for group_key, plan in shard.plan_due(now_ms, self.policy, self.ack_key is not None,
+                                                  shape=self.names.shape):
             for member in plan.expired:
                 entry = expired_entry(group_key, member, now_ms, now_ms)
                 out.append((EXPIRED, group_key, None, "expired", json.dumps(entry, sort_keys=True)))
             for claim in plan.claims:
                 message = build_message(group_key, claim.rows, claim.reason, flushed_at_ms=now_ms,
                                         ack_key=self.ack_key, held_back_ms=claim.held_back_ms,
-                                        shape=self.policy.shape, event_times=self.policy.event_times)
+                                        shape=self.names.shape, event_times=self.names.event_times)
                 out.append((BATCH, group_key, message["batch_id"], str(claim.reason), encode(message).decode()))
         return out
 
@@ -171,6 +173,5 @@ def int_or_none(value) -> int | None:
 
 def job_step(policy: Policy, names: FieldNames, shards: int, ack_key: bytes | None = None) -> ShardStep:
     """The step the streaming job runs: its messages take the shape of the decoder (``names``),
-    whatever ``policy.shape`` says, so the rows kept and the messages built agree."""
-    return ShardStep(dataclasses.replace(policy, shape=names.shape, event_times=names.event_time is not None),
-                     shards, ack_key)
+    so the rows kept and the messages built agree."""
+    return ShardStep(policy, names, shards, ack_key)

@@ -35,7 +35,7 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from consolidator.rules.events import FieldNames
+from consolidator.rules.events import DEFAULT_NAMES, FieldNames
 from consolidator.rules.policy import Policy
 from consolidator.spark.delivery import BatchWriter
 from consolidator.spark.packing import PACKED_SCHEMA, pack, unpack
@@ -48,7 +48,6 @@ OUTPUT_SCHEMA = "kind string, group_key string, batch_id string, reason string, 
 #: :meth:`~consolidator.spark.shards.Shard.dump`), the timer registered for it and the number of
 #: shards it was written with.
 SHARD_STATE_SCHEMA = "groups string, timer_ms long, shards int, rows binary"
-DEFAULT_NAMES = FieldNames()
 DEFAULT_POLICY = Policy()
 
 

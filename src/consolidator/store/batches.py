@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from consolidator.rules.batch import NO_EPOCHS, PLAIN, Member, MessageOptions, batch_id
+from consolidator.rules.batch import NO_EPOCHS, Member, batch_id
 from consolidator.rules.errors import BatchRowsGone, StoreError
 from consolidator.rules.events import SourcePosition
 from consolidator.rules.policy import FlushReason, RateLimit, RateState
 from consolidator.rules.shape import stored_items
+from consolidator.rules.split import PLAIN, MessageOptions
 from consolidator.rules.tracecontext import TraceContext
 from consolidator.store.claims import ClaimCursor, next_batch, trace_contexts
 from consolidator.store.connection import Connection
@@ -113,9 +114,9 @@ class BatchStore(Connection):
         derived from their positions. Rows locked by a concurrent claimer are skipped; if any
         chosen row changed state meanwhile, nothing is claimed (B: one id per claim).
 
-        With ``max_bytes``, only the rows whose message fits (:func:`~consolidator.rules.batch.fit_count`)
+        With ``max_bytes``, only the rows whose message fits (:func:`~consolidator.rules.split.fit_count`)
         are taken, and never more than keep the sums within bounds
-        (:func:`~consolidator.rules.batch.bounded_prefix`); then the batch is marked ``cut``; pass the same
+        (:func:`~consolidator.rules.split.bounded_prefix`); then the batch is marked ``cut``; pass the same
         ``cursor`` to claim the rest of the claim (``cursor.rows_left`` rows in all, ``limit``
         ignored): it carries the rows read and not taken, so every row of a claim is read once
         (``store/claims.py``). With ``rate`` the group's rate state is checked

@@ -1,7 +1,7 @@
 """Reading a claim's rows in pages, each row once, however often the byte cap splits the claim.
 
 A claim takes up to ``max_batch_size`` PENDING rows of a group, oldest first; the byte cap splits
-it into consecutive batches (:func:`~consolidator.rules.batch.fit_count`). Each batch is claimed in its
+it into consecutive batches (:func:`~consolidator.rules.split.fit_count`). Each batch is claimed in its
 own transaction. Rows are read in pages bounded by bytes, under ``FOR UPDATE SKIP LOCKED``, only
 as far as the next batch's boundary needs (at most twice the rows it takes); the rows read and
 not taken stay in the :class:`ClaimCursor` for the next batch of the same claim, which reads on
@@ -22,17 +22,11 @@ from typing import NamedTuple
 
 import pymysql
 
-from consolidator.rules.batch import (
-    PLAIN,
-    Member,
-    MessageOptions,
-    bounded_prefix,
-    fit_count,
-    prefix_fits,
-)
+from consolidator.rules.batch import Member
 from consolidator.rules.events import SourcePosition
 from consolidator.rules.policy import FlushReason
 from consolidator.rules.shape import stored_items
+from consolidator.rules.split import PLAIN, MessageOptions, bounded_prefix, fit_count, prefix_fits
 from consolidator.rules.tracecontext import TraceContext
 
 # The claim's hot read (one per row flushed): the numbers in one text field, read by a tuple
