@@ -133,14 +133,22 @@ def run_service(store: MySQLStore, records: list[KafkaRecord], batch_size: int, 
                 names: FieldNames | None = None, values: RegistryValueDecoder | None = None) -> float:
     """The ingest service over ``records`` (field ``names``; values in ``values``' format, None:
     JSON), in MSK events of ``batch_size``; a new service, so a new schema cache, each run."""
+    return run_service_timed(store, records, batch_size, dlq_dir, names, values)[0]
+
+
+def run_service_timed(store: MySQLStore, records: list[KafkaRecord], batch_size: int, dlq_dir: str,
+                      names: FieldNames | None = None, values: RegistryValueDecoder | None = None) -> tuple[float, float]:
+    """:func:`run_service`'s seconds, and the CPU seconds of this process meanwhile (the client's
+    work, its threads included; not the database server's, and not what other processes on a
+    shared machine take)."""
     service = IngestService(store, FileDeadLetter(Path(dlq_dir) / "dlq.jsonl"),
                             names or FieldNames(), 256 * 1024, SystemClock(), values=values)
     events = [event_from_records(records[i:i + batch_size]) for i in range(0, len(records), batch_size)]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for event in events:
         if service.handle_msk_event(event)["batchItemFailures"]:
             raise SystemExit("ingest reported failures during the benchmark")
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
 def run_load_data(store: MySQLStore, rows: list[tuple], tmp: str) -> float:

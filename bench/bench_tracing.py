@@ -9,7 +9,10 @@ each counting (the machine may be shared):
   ``OTEL_TRACES_EXPORTER=otlp`` configures them, with an exporter that drops the spans: the
   SDK's cost, not a collector's).
 Prints a line per run, then one JSON line: records/s of each and the ratios on/off_headers (the
-tracing cost, target >= 0.95) and off_headers/off. Not part of the test suite: `make bench-tracing`.
+tracing cost, target >= 0.95) and off_headers/off; and the client's CPU microseconds per record of
+each (the fewest of its runs: this process's CPU time, which other processes on a shared machine
+do not inflate as they do the wall time; not the database server's) and their ratios.
+Not part of the test suite: `make bench-tracing`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import os
 import sys
 import tempfile
 
-from bench_ingest import BENCH_CREATOR, T0, make_records, reset, run_service
+from bench_ingest import BENCH_CREATOR, T0, make_records, reset, run_service_timed
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
@@ -66,18 +69,20 @@ def main() -> None:
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(exporter))
     results: dict[str, float] = {}
+    cpu: dict[str, float] = {}  # microseconds per record
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for _ in range(args.repeat):
                 for name, records, on in (("off", plain, False), ("off_headers", traced, False), ("on", traced, True)):
                     reset(store)
                     tracing.install(provider if on else None)
-                    seconds = run_service(store, records, args.batch_size, tmp)
+                    seconds, cpu_seconds = run_service_timed(store, records, args.batch_size, tmp)
                     tracing.install(None)
-                    rate = len(records) / seconds
-                    print(f"{name:>11}: {len(records)} records in {seconds:6.2f} s = {rate:8.0f} records/s",
-                          file=sys.stderr)
+                    rate, per_record = len(records) / seconds, cpu_seconds / len(records) * 1e6
+                    print(f"{name:>11}: {len(records)} records in {seconds:6.2f} s = {rate:8.0f} records/s;"
+                          f" client CPU {per_record:5.2f} us/record", file=sys.stderr)
                     results[name] = max(results.get(name, 0.0), rate)
+                    cpu[name] = min(cpu.get(name, float("inf")), per_record)
         provider.force_flush()
         provider.shutdown()
     finally:
@@ -89,7 +94,10 @@ def main() -> None:
                **{f"{name}_records_per_s": round(rate) for name, rate in results.items()},
                "ratio_on_vs_off_headers": round(results["on"] / results["off_headers"], 3),
                "ratio_off_headers_vs_off": round(results["off_headers"] / results["off"], 3),
-               "ratio_on_vs_off": round(results["on"] / results["off"], 3)}
+               "ratio_on_vs_off": round(results["on"] / results["off"], 3),
+               **{f"{name}_cpu_us_per_record": round(value, 2) for name, value in cpu.items()},
+               "cpu_ratio_on_vs_off_headers": round(cpu["on"] / cpu["off_headers"], 3),
+               "cpu_ratio_off_headers_vs_off": round(cpu["off_headers"] / cpu["off"], 3)}
     print(json.dumps(figures))
 
 

@@ -65,7 +65,9 @@ class ConsolidatorStack(Stack):
             "ingest", description="MSK records -> MySQL buffer (partial batch failures)",
             timeout=Duration.seconds(fn.ingest_timeout_seconds), memory_mb=fn.ingest_memory_mb,
             security_group=ingest_group,
-            environment={**dead_letter, **self._database_user("ingest"), **self.value_format.function_environment()},
+            environment={**dead_letter, **self._database_user("ingest"), **self.value_format.function_environment(),
+                         # the ingest spans' messaging.consumer.group.name: an MSK event does not carry it
+                         f"{P}CONSUMER_GROUP": config.msk.consumer_group_id},
         )
         self.value_format.grant(self.ingest, ingest_group, config.network.vpc_cidr)
         self.flush = self.functions.build(

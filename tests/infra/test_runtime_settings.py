@@ -46,6 +46,7 @@ def test_every_function_environment_loads_as_its_runtime_settings(env):
     assert {s for model in RUNTIME_SETTINGS.values() for s in model.model_fields} >= set(POLICY_SETTINGS)
     assert loaded["ingest"].field_names() == flush.field_names()
     assert loaded["cleanup"].retention_months == policy.retention_months
+    assert loaded["ingest"].consumer_group == env.config.msk.consumer_group_id, "the ingest spans name the mapping's"
     assert flush.environment == env.config.name
 
 

@@ -118,3 +118,12 @@ def test_without_an_exporter_no_span_is_made_and_the_row_keeps_the_context(env, 
     event = event_from_records([_record(1, "O1", [("traceparent", PARENT_A.encode())])])
     assert ingest.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     assert sql(store, "SELECT trace_parent FROM buffer_rows") == [{"trace_parent": PARENT_A}]
+
+
+def test_the_ingest_span_names_the_event_source_mappings_consumer_group(env, spans, store, monkeypatch):
+    monkeypatch.setenv("CONSOLIDATOR_CONSUMER_GROUP", "consolidator-ingest")  # what the stack sets
+    ingest = load_handler("ingest")
+    event = event_from_records([_record(1, "O1", [("traceparent", PARENT_A.encode())])])
+    assert ingest.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+    (ingested,) = spans.get_finished_spans()
+    assert ingested.attributes["messaging.consumer.group.name"] == "consolidator-ingest"

@@ -4,9 +4,16 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from consolidator.rules.events import FieldNames, KafkaRecord, decode, decode_exact
-from consolidator.rules.tracecontext import TraceContext, parse_traceparent, trace_context
+from consolidator.rules.tracecontext import (
+    TraceContext,
+    _trace_context,
+    parse_traceparent,
+    trace_context,
+)
 
 VALID = f"00-{'4bf92f3577b34da6a3ce929d0e0e4736'}-{'00f067aa0ba902b7'}-01"
 
@@ -54,3 +61,18 @@ def test_an_event_keeps_its_records_context_and_a_malformed_one_is_not_poison(re
     assert read(good, FieldNames(), 10_000).trace == TraceContext(VALID)
     assert read(bad, FieldNames(), 10_000).trace is None
     assert read(good._replace(headers=()), FieldNames(), 10_000).trace is None
+
+
+parents = st.sampled_from([VALID, VALID.upper(), "ff" + VALID[2:], "01" + VALID[2:], "01" + VALID[2:] + "-x",
+                           VALID + "-x", f"00-{'0' * 32}-00f067aa0ba902b7-01", VALID[:-1], ""]).map(str.encode)
+values = parents | st.builds(lambda v, i, b: v[:i] + bytes([b]) + v[i + 1:], parents, st.integers(0, 56),
+                             st.integers(0, 255)) | st.binary(max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(values, min_size=1, max_size=6))
+def test_a_traceparent_alone_reads_as_the_full_reading_also_repeated(sequence):
+    for value in sequence + sequence:  # the last value read is remembered: a repeat reads the same
+        headers = (("traceparent", value),)
+        assert trace_context(headers) == _trace_context(headers)
+    assert trace_context((("tracestate", b"a=1"),)) is None

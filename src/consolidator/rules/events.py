@@ -18,6 +18,7 @@ import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from types import EllipsisType
 from typing import Annotated, NamedTuple
 
 import msgspec
@@ -36,6 +37,8 @@ from consolidator.rules.tracecontext import TraceContext, trace_context
 
 MAX_KEY_CHARS = 191  # fits a utf8mb4 VARCHAR in a unique index
 MAX_QUANTITY = 2**63 - 1  # a quantity, and every sum of quantities in a message, fits a signed 64-bit integer
+READ = ...  # a decode's ``trace``: read the record's trace context from its headers
+Trace = TraceContext | None | EllipsisType  # a decode's ``trace``: a context read already, or READ
 
 
 class SourcePosition(NamedTuple):
@@ -238,8 +241,9 @@ def _parse(value: bytes) -> object:
         raise PoisonEvent(PoisonReason.NOT_JSON, f"value is not JSON: {exc}") from None
 
 
-def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Event:
-    """Validate ``record`` step by step; raise :class:`PoisonEvent` with the reason if it is poison."""
+def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int, trace: Trace = READ) -> Event:
+    """Validate ``record`` step by step; raise :class:`PoisonEvent` with the reason if it is poison.
+    ``trace``: as :func:`decode` takes it."""
     value = record.value
     if not value:
         raise PoisonEvent(PoisonReason.EMPTY_VALUE, "record has no value (tombstone or empty)")
@@ -256,7 +260,8 @@ def decode_exact(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -
     group_key = _identifier(group, names.group_key, PoisonReason.MISSING_GROUP_KEY, PoisonReason.BAD_GROUP_KEY)
     item_id = _identifier(item, names.item_id, PoisonReason.MISSING_ITEM_ID, PoisonReason.BAD_ITEM_ID)
     position = SourcePosition(record.topic, record.partition, record.offset)
-    trace = None if not record.headers else trace_context(record.headers)
+    if trace is READ:
+        trace = None if not record.headers else trace_context(record.headers)
     if not names.shape.is_reference:
         return Event(position, record.timestamp_ms, group_key, item_id, _retained(document, names.shape, value), value,
                      trace)
@@ -329,7 +334,7 @@ _new = tuple.__new__  # builds a NamedTuple in C, without its Python-level __new
 _REFUSED = (msgspec.DecodeError, ValueError, RecursionError)
 
 
-def decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Event:
+def decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int, trace: Trace = READ) -> Event:
     """Validate ``record``; raise :class:`PoisonEvent` with the reason if it is poison.
 
     The fast path validates the event in C (msgspec) and returns only what the exact path
@@ -340,10 +345,13 @@ def decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Even
 
     With ``names.event_time``, the event's ``timestamp_ms`` is its own time, read from the value
     (:func:`consolidator.rules.event_time.event_time_ms`); a valid event without a readable one
-    is poison (``bad_event_time``, the detail naming the path)."""
+    is poison (``bad_event_time``, the detail naming the path).
+
+    The event's ``trace`` is the record's trace context (:func:`~consolidator.rules.tracecontext.trace_context`
+    of its headers), or ``trace`` when the caller read it already (:data:`READ`: not read yet)."""
     if names.event_time is not None:
-        return _event_timed(_decode(record, names, max_event_bytes), names.event_time)
-    return _decode(record, names, max_event_bytes)
+        return _event_timed(_decode(record, names, max_event_bytes, trace), names.event_time)
+    return _decode(record, names, max_event_bytes, trace)
 
 
 def _event_timed(event: Event, path: Path) -> Event:
@@ -353,7 +361,7 @@ def _event_timed(event: Event, path: Path) -> Event:
         raise PoisonEvent(PoisonReason.BAD_EVENT_TIME, str(exc)) from None
 
 
-def _decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Event:
+def _decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int, trace: Trace) -> Event:
     value = record.value
     decoders = _fast_decoders(names)
     if decoders is not None and value and len(value) <= max_event_bytes:
@@ -370,9 +378,9 @@ def _decode(record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Eve
             return _new(Event, (
                 _new(SourcePosition, (record.topic, record.partition, record.offset)), record.timestamp_ms,
                 document.group_key, document.item_id, _within_int64(items, names) if items else (), value,
-                None if not record.headers else trace_context(record.headers),
+                trace if trace is not READ else None if not record.headers else trace_context(record.headers),
             ))
-    return decode_exact(record, names, max_event_bytes)
+    return decode_exact(record, names, max_event_bytes, trace)
 
 
 @dataclass(frozen=True)

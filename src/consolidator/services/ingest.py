@@ -25,11 +25,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from consolidator.rules.clock import Clock
 from consolidator.rules.deadletter import poison_entry, rejected_entry
 from consolidator.rules.errors import DeliveryError, StoreError, StoreUnavailable
 from consolidator.rules.events import (
+    READ,
     Event,
     FieldNames,
     KafkaRecord,
@@ -37,8 +39,9 @@ from consolidator.rules.events import (
     Rejected,
     SourcePosition,
 )
+from consolidator.rules.tracecontext import TraceContext
 from consolidator.services.metrics import MetricsRecorder, NoMetrics
-from consolidator.services.spans import ingest_span
+from consolidator.services.spans import ingest_span, record_contexts
 from consolidator.sinks.deadletter import DeadLetter
 from consolidator.sources.formats import RegistryUnavailable, ValueDecoder, decode_event
 from consolidator.sources.msk import batch_item_failures, parse_event
@@ -124,19 +127,22 @@ class IngestService:
         if tracing.tracer() is None:
             with collector_paused():
                 return self._ingest(records, rejected)
-        with collector_paused(), ingest_span(records, self.consumer_group) as span:
-            outcome = self._ingest(records, rejected)
-            span.set_attributes({"consolidator.ingest.stored": outcome.stored,
-                                 "consolidator.ingest.dead_lettered": outcome.dead_lettered,
-                                 "consolidator.ingest.failed": len(outcome.failed)})
-            return outcome
+        with collector_paused():
+            contexts = record_contexts(records)  # read once: the span's parent and links, each event's trace
+            with ingest_span(records, contexts, self.consumer_group) as span:
+                outcome = self._ingest(records, rejected, contexts)
+                span.set_attributes({"consolidator.ingest.stored": outcome.stored,
+                                     "consolidator.ingest.dead_lettered": outcome.dead_lettered,
+                                     "consolidator.ingest.failed": len(outcome.failed)})
+                return outcome
 
-    def _ingest(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected]) -> IngestOutcome:
+    def _ingest(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected],
+                contexts: Sequence[TraceContext | None] | None = None) -> IngestOutcome:
         outcome = IngestOutcome()
         cut = PartitionCut()
         if self.values is not None:
             self.values.begin_invocation()
-        self._decode_and_store(records, rejected, outcome, cut)
+        self._decode_and_store(records, rejected, outcome, cut, contexts)
         if cut:
             positions = [*(r.position for r in records), *(r.position for r in rejected if r.position is not None)]
             outcome.failed = list(dict.fromkeys(
@@ -152,8 +158,11 @@ class IngestService:
         return outcome
 
     def _decode_and_store(self, records: Sequence[KafkaRecord], rejected: Sequence[Rejected],
-                      outcome: IngestOutcome, cut: PartitionCut) -> None:
-        """Decode everything, dead-letter the poison, then store the rest (:meth:`_store`)."""
+                          outcome: IngestOutcome, cut: PartitionCut,
+                          contexts: Sequence[TraceContext | None] | None) -> None:
+        """Decode everything, dead-letter the poison, then store the rest (:meth:`_store`).
+        ``contexts``: the records' trace contexts when read already (tracing on), else None (each
+        decode reads its record's)."""
         now = self.clock.now_ms()
         unidentified = [r for r in rejected if r.position is None]
         if unidentified:
@@ -169,9 +178,9 @@ class IngestService:
             (r.position, rejected_entry(r, now), str(r.reason), r.detail) for r in rejected if r.position is not None
         ]
         names, limit, values = self.names, self.max_event_bytes, self.values
-        for record in records:
+        for record, trace in zip(records, repeat(READ) if contexts is None else contexts):
             try:
-                events.append(decode_event(values, record, names, limit))
+                events.append(decode_event(values, record, names, limit, trace))
             except PoisonEvent as error:
                 poison.append((record.position, poison_entry(record, error, now), str(error.reason), error.detail))
             except RegistryUnavailable as error:
@@ -308,5 +317,6 @@ def build_ingest_service(settings, metrics: MetricsRecorder | None = None, clock
         clock=clock or SystemClock(),
         metrics=metrics or NoMetrics(),
         values=settings.value_decoder(),
-        consumer_group=getattr(settings, "kafka_group_id", None),  # the worker's; Lambda's mapping names none
+        # the worker's own group; the function's is its event source mapping's, as the stack sets it
+        consumer_group=getattr(settings, "kafka_group_id", None) or getattr(settings, "consumer_group", None),
     )

@@ -45,16 +45,23 @@ def _base(records: Sequence[KafkaRecord], consumer_group: str | None) -> dict:
     return attributes
 
 
+def record_contexts(records: Sequence[KafkaRecord]) -> list[TraceContext | None]:
+    """The trace context of each of ``records`` (None: it has none), read once: the ingest span
+    takes them all, and each event its own (:func:`consolidator.rules.events.decode`'s ``trace``)."""
+    return [trace_context(headers) if (headers := r.headers) else None for r in records]
+
+
 @contextlib.contextmanager
-def ingest_span(records: Sequence[KafkaRecord], consumer_group: str | None = None) -> Iterator[object | None]:
-    """The span of one ingest call over ``records`` (None, and nothing made, while tracing is off)."""
+def ingest_span(records: Sequence[KafkaRecord], contexts: Sequence[TraceContext | None],
+                consumer_group: str | None = None) -> Iterator[object | None]:
+    """The span of one ingest call over ``records``, whose trace contexts are ``contexts``
+    (:func:`record_contexts`); None, and nothing made, while tracing is off."""
     tracer = tracing.tracer()
     if tracer is None:
         yield None
         return
     from opentelemetry.trace import SpanKind
 
-    contexts = [trace_context(r.headers) for r in records if r.headers]
     parent, links, count = tracing.parent_and_links(contexts)
     attributes = _base(records, consumer_group) | {"consolidator.trace.contexts": count}
     topics = sorted({r.topic for r in records})

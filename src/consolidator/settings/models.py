@@ -23,6 +23,13 @@ class IngestSettings(_DeadLetter, _Format, _Fields, _Base):
 
     USED_BY: ClassVar[str] = "ingest"
 
+    consumer_group: str | None = Field(
+        None, min_length=1, max_length=200,
+        description="the consumer group the records come through, for the ingest spans"
+                    " (messaging.consumer.group.name): the stack sets it to the MSK event source mapping's group"
+                    " (msk.consumer_group_id), which an MSK event does not carry; unset: the spans name none. The"
+                    " worker names its own group (KAFKA_GROUP_ID) instead")
+
 
 class FlushSettings(_Policy, _Sink, _DeadLetter, _Fields, _Base):
     """What the flush function needs."""

@@ -64,7 +64,12 @@ def _b64(value: object, name: str) -> bytes | None:
 
 
 def _headers(value: object) -> tuple[tuple[str, bytes], ...]:
-    """``[{name: [byte, ...]}, ...]``; bytes may come signed (Java) or unsigned."""
+    """``[{name: [byte, ...]}, ...]``; bytes may come signed (Java) or unsigned.
+
+    The usual value, unsigned bytes, is read in C: ``bytes()`` takes only integers (or bools)
+    from 0 to 255, and a bool would be a 0 or a 1 there, so a value without those bytes is a
+    list of integers (an event is JSON: no other number type reaches here). Any other value is
+    read by :func:`_header_bytes`, which decides."""
     if value is None:
         return ()
     if type(value) is not list:
@@ -74,15 +79,28 @@ def _headers(value: object) -> tuple[tuple[str, bytes], ...]:
         if type(header) is not dict:
             raise _Bad(f"headers[{index}] must be an object, got {type(header).__name__}")
         for name, raw in header.items():
-            if type(raw) is not list or (raw and set(map(type, raw)) != {int}):  # type(): never a bool
+            if type(raw) is not list:
                 raise _Bad(f"headers[{index}][{echoed(name)}] must be a list of bytes")
             try:
-                headers.append((name, bytes(raw)))  # in C: unsigned bytes, the usual case
-            except ValueError:
-                if not -128 <= min(raw) and max(raw) <= 255:
-                    raise _Bad(f"headers[{index}][{echoed(name)}] must be a list of bytes") from None
-                headers.append((name, bytes(b & 0xFF for b in raw)))  # signed (Java) bytes
+                data = bytes(raw)
+            except (TypeError, ValueError):
+                data = None
+            if data is None or 0 in data or 1 in data:
+                data = _header_bytes(raw, index, name)
+            headers.append((name, data))
     return tuple(headers)
+
+
+def _header_bytes(raw: list, index: int, name: str) -> bytes:
+    """A header's value, integers only (never a bool), signed or unsigned bytes."""
+    if raw and set(map(type, raw)) != {int}:  # type(): never a bool
+        raise _Bad(f"headers[{index}][{echoed(name)}] must be a list of bytes")
+    try:
+        return bytes(raw)  # unsigned bytes
+    except ValueError:
+        if not (-128 <= min(raw) and max(raw) <= 255):
+            raise _Bad(f"headers[{index}][{echoed(name)}] must be a list of bytes") from None
+        return bytes(b & 0xFF for b in raw)  # signed (Java) bytes
 
 
 def _position(r: dict) -> SourcePosition:

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from consolidator.rules.errors import ConfigurationError
 from consolidator.rules.tracecontext import (
+    MAX_TRACESTATE_CHARS,
     TRACEPARENT_HEADER,
     TRACESTATE_HEADER,
     TraceContext,
@@ -141,11 +142,35 @@ def flush(timeout_ms: int = 5_000) -> None:
         _provider.force_flush(timeout_ms)
 
 
+_api: tuple | None = None  # what span_context builds with, once it has been imported
+
+
+def _load_api() -> tuple:
+    """The API's ``SpanContext``, ``TraceFlags`` and ``tracestate`` reader (imported at the first
+    context, not at every one: an import statement costs as much as the rest of a span context)."""
+    global _api
+    from opentelemetry.trace import SpanContext, TraceFlags, TraceState
+
+    _api = (SpanContext, TraceFlags, lambda state: TraceState.from_header([state]))
+    return _api
+
+
 def span_context(trace: TraceContext | None):
     """The remote ``SpanContext`` of ``trace`` (None when there is none). Only for a valid
-    context (:func:`~consolidator.rules.tracecontext.trace_context` checked it)."""
+    context (:func:`~consolidator.rules.tracecontext.trace_context` checked it).
+
+    What the W3C propagator extracts from the context's headers: built straight from the fields
+    when they are the version-00 form of a valid ``traceparent`` with a ``tracestate`` of at
+    most :data:`~consolidator.rules.tracecontext.MAX_TRACESTATE_CHARS` (every context the
+    ingest reads; the propagator's regular expression and context cost 20 times as much),
+    extracted by the propagator otherwise."""
     if trace is None:
         return None
+    parent, state = trace
+    if parse_traceparent(parent) == parent and (not state or len(state) <= MAX_TRACESTATE_CHARS):
+        new, flags, trace_state = _api or _load_api()
+        return new(int(parent[3:35], 16), int(parent[36:52], 16), is_remote=True,
+                   trace_flags=flags(int(parent[53:55], 16)), trace_state=trace_state(state) if state else None)
     from opentelemetry.trace import NonRecordingSpan, get_current_span
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -159,18 +184,25 @@ def span_context(trace: TraceContext | None):
 def parent_and_links(contexts: Iterable[TraceContext | None]):
     """The OpenTelemetry parent context (the first valid context: the trace this span joins)
     and the links (one per distinct context, at most :data:`MAX_LINKS`) of ``contexts``, and how
-    many distinct contexts there were."""
+    many distinct contexts there were. Contexts are distinct by ``traceparent`` (the first one's
+    ``tracestate`` counts); only the first :data:`MAX_LINKS` valid ones become span contexts,
+    the others are only checked (whether one is valid depends on its ``traceparent`` alone)."""
     from opentelemetry.trace import Link, NonRecordingSpan, set_span_in_context
 
-    seen: dict[str, object] = {}
+    distinct: dict[str, TraceContext] = {}
     for trace in contexts:
-        if trace is not None and trace.traceparent not in seen:
-            found = span_context(trace)
-            if found is not None:
-                seen[trace.traceparent] = found
-    found = list(seen.values())
+        if trace is not None and trace.traceparent not in distinct:
+            distinct[trace.traceparent] = trace
+    found: list = []
+    more = 0  # valid contexts past the first MAX_LINKS
+    for traceparent, trace in distinct.items():
+        if len(found) < MAX_LINKS:
+            if (context := span_context(trace)) is not None:
+                found.append(context)
+        elif parse_traceparent(traceparent) == traceparent or span_context(trace) is not None:
+            more += 1
     parent = set_span_in_context(NonRecordingSpan(found[0])) if found else None
-    return parent, [Link(c) for c in found[:MAX_LINKS]], len(found)
+    return parent, [Link(c) for c in found], len(found) + more
 
 
 def traceparent_of(span) -> str | None:

@@ -12,11 +12,13 @@ as received and to its decoded JSON. Failure classes: :mod:`consolidator.sources
 from __future__ import annotations
 
 from consolidator.rules.events import (
+    READ,
     Event,
     FieldNames,
     KafkaRecord,
     PoisonEvent,
     PoisonReason,
+    Trace,
     decode,
 )
 from consolidator.sources.formats.base import RegistryUnavailable, ValueDecoder
@@ -27,16 +29,18 @@ __all__ = ["VALUE_FORMATS", "RegistryUnavailable", "RegistryValueDecoder", "Valu
            "decode_event", "value_format_of"]
 
 
-def decode_event(values: ValueDecoder | None, record: KafkaRecord, names: FieldNames, max_event_bytes: int) -> Event:
+def decode_event(values: ValueDecoder | None, record: KafkaRecord, names: FieldNames, max_event_bytes: int,
+                 trace: Trace = READ) -> Event:
     """The event of ``record`` whose value is in ``values``' format (None: JSON). Raises
     :class:`PoisonEvent` for bad input and :class:`RegistryUnavailable` when the registry
-    cannot answer; the record itself is unchanged (a dead letter keeps the value as received)."""
+    cannot answer; the record itself is unchanged (a dead letter keeps the value as received).
+    ``trace``: as :func:`~consolidator.rules.events.decode` takes it."""
     value = record.value
     if values is None or not value:
-        return decode(record, names, max_event_bytes)
+        return decode(record, names, max_event_bytes, trace)
     if len(value) > max_event_bytes:
         raise PoisonEvent(PoisonReason.TOO_LARGE, f"value is {len(value)} bytes, limit is {max_event_bytes}")
-    return decode(record._replace(value=values.to_json(value, record.topic)), names, max_event_bytes)
+    return decode(record._replace(value=values.to_json(value, record.topic)), names, max_event_bytes, trace)
 
 
 
