@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import pymysql
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import get_current_span
@@ -16,6 +18,9 @@ from support import record
 from test_flush import POLICY, ingest, make_service
 
 from consolidator.rules.batch import load_schema, schema_name
+from consolidator.rules.policy import FlushReason
+from consolidator.rules.tracecontext import TraceContext
+from consolidator.services.flush import FlushService
 from consolidator.sinks import OutgoingBatch
 from consolidator.sinks.eventbridge import EventBridgeSink, xray_header
 from consolidator.support import tracing
@@ -116,3 +121,104 @@ def test_a_dead_batch_entry_holds_the_message_as_published(store, clock, tmp_pat
     dead = [json.loads(line) for line in (tmp_path / "dead.jsonl").read_text().splitlines()]
     assert {e["batch"]["group_key"]: e["batch"] for e in dead} == published
     assert "traceparent" in published["WH-1"]
+
+
+@pytest.fixture
+def statements(monkeypatch):
+    """Every statement any cursor runs, as text, in order (a driver hook)."""
+    ran: list[str] = []
+    execute = pymysql.cursors.Cursor.execute
+
+    def recording_execute(self, query, args=None):
+        ran.append(" ".join((query if isinstance(query, str) else query.decode()).split()))
+        return execute(self, query, args)
+
+    monkeypatch.setattr(pymysql.cursors.Cursor, "execute", recording_execute)
+    return ran
+
+
+def _member_rows_read_again(ran: list[str]) -> list[str]:
+    """The statements that read member rows through their batch rows (batches joined to buffer_rows)."""
+    return [q for q in ran if q.upper().startswith("SELECT") and "batches" in q and "buffer_rows" in q]
+
+
+class RefusingSink(FlakySink):
+    """Refuses every batch of its first and third calls."""
+
+    def publish(self, batches):
+        self.calls.append(list(batches))
+        return {i: "down (test)" for i in range(len(batches))} if len(self.calls) in (1, 3) else {}
+
+
+class RefusingDeadLetter:
+    """Refuses its first write; keeps the entries it confirmed."""
+
+    def __init__(self) -> None:
+        self.calls, self.entries = 0, []
+
+    def send(self, entries):
+        self.calls += 1
+        if self.calls == 1:
+            return set(range(len(entries)))
+        self.entries.extend(entries)
+        return set()
+
+
+def test_the_members_trace_contexts_come_with_the_rows_the_flush_reads(store, clock, tmp_path, statements):
+    """A publish derives the batch's traceparent from the contexts the claim (or the reload of a
+    batch left CLAIMED) read with the members: no statement reads the members again through
+    their batch rows, at the first publish, at a re-publish or when a reloaded batch dies."""
+    ingest(store, clock, _records())
+    clock.advance(POLICY.debounce_ms)
+    sink, dead_letter = RefusingSink(), RefusingDeadLetter()
+
+    def service(max_attempts: int) -> FlushService:
+        return FlushService(store=store, sink=sink, dead_letter=dead_letter, policy=POLICY, clock=clock,
+                            max_attempts=max_attempts)
+
+    statements.clear()
+    service(5).tick()  # claimed, refused by the sink
+    first = {b.group_key: b for b in sink.calls[0]}
+    assert _member_rows_read_again(statements) == [], "the claim's page read has the contexts"
+    clock.advance(POLICY.tick_interval_ms)
+    statements.clear()
+    service(5).tick()  # reloaded, published
+    second = {b.group_key: b for b in sink.calls[1]}
+    assert _member_rows_read_again(statements) == [], "the reload's member read has them"
+    span_id = json.loads(first["WH-1"].body)["batch_id"][:16]
+    assert first["WH-1"].traceparent == second["WH-1"].traceparent == f"00-{TRACE_A}-{span_id}-01"
+    assert {k: b.body for k, b in first.items()} == {k: b.body for k, b in second.items()}
+    assert first["WH-2"].traceparent is None and "traceparent" not in json.loads(first["WH-2"].body)
+
+    ingest(store, clock, [record(5, location="WH-3", order="O5", key=b"WH-3")._replace(
+        headers=(("traceparent", f"00-{TRACE_B}-{SPAN_B}-01".encode()), ("tracestate", b"k=v")))])
+    clock.advance(POLICY.debounce_ms)
+    service(1).tick()  # refused by the sink, out of attempts, its dead-letter write refused: stays CLAIMED
+    (published,) = sink.calls[2]
+    assert dead_letter.entries == [] and published.traceparent.startswith(f"00-{TRACE_B}-")
+    clock.advance(POLICY.tick_interval_ms)
+    statements.clear()
+    service(1).tick()  # reloaded out of attempts: dead-lettered, not published
+    assert _member_rows_read_again(statements) == []
+    assert len(sink.calls) == 3
+    (entry,) = dead_letter.entries
+    assert entry["batch"]["traceparent"] == published.traceparent
+    assert entry["batch"] == json.loads(published.body)
+
+
+def test_a_claim_and_a_reload_read_the_same_contexts_in_batch_order(store, clock):
+    """The claim's page read and the reload of a CLAIMED batch give its members' contexts alike,
+    batch order, a ``tracestate`` as stored (spaces and all), none for a member without one."""
+    state = " k=v, other=x y "
+    traced = [record(1, location="WH-1", order="O1", key=b"WH-1", partition=0),
+              record(1, location="WH-1", order="O2", key=b"WH-1", partition=1)._replace(headers=(
+                  ("traceparent", f"00-{TRACE_B}-{SPAN_B}-01".encode()), ("tracestate", state.encode()))),
+              record(1, location="WH-1", order="O3", key=b"WH-1", partition=2)._replace(
+                  headers=(("traceparent", f"00-{TRACE_A}-{SPAN_A}-00".encode()),))]
+    for r in reversed(traced):  # first seen against position order: batch order is first seen
+        ingest(store, clock, [r])
+        clock.advance(1)
+    claimed = store.claim("WH-1", FlushReason.IDLE, 10, clock.now_ms())
+    assert claimed.trace_contexts == (TraceContext(f"00-{TRACE_A}-{SPAN_A}-00"),
+                                      TraceContext(f"00-{TRACE_B}-{SPAN_B}-01", state))
+    assert store.load_batch(claimed.batch_id).trace_contexts == claimed.trace_contexts

@@ -128,3 +128,17 @@ def test_records_of_a_partition_not_owned_or_fetched_again_are_skipped():
     assert led.add(records(2, 0, 3)) == 0, "partition 2 is not owned"
     led.drop([P0])
     assert led.buffered() == 0
+
+
+def test_records_of_interleaved_partitions_and_topics_each_go_to_their_own_partition():
+    from consolidator.rules.events import PoisonReason, Rejected, SourcePosition
+    from consolidator.worker.records import item_offset
+
+    led = ledger()
+    unreadable = Rejected(PoisonReason.BAD_ENVELOPE, "timestamp not available", {}, SourcePosition("orders", 1, 1))
+    fetched = [record(0, partition=0), record(0, partition=1), record(1, partition=0), unreadable,
+               record(5, topic="other", partition=0), record(2, partition=0), record(1, partition=1)]
+    assert led.add(fetched) == 5, "the other topic's partition 0 is not owned; offset 1 of partition 1 came already"
+    job = led.next_job(0)
+    assert {p: [item_offset(i) for i in items] for p, items in job.items.items()} == {P0: [0, 1, 2], P1: [0, 1]}
+    assert job.items[P1][1] is unreadable

@@ -75,15 +75,13 @@ class FailedBatches:
     def _bury(self, batch: ClaimedBatch, attempts: int, error: str, report: TickReport) -> None:
         """Dead-letter the batch with its last error and its message as published (its
         ``traceparent`` included); mark it DEAD only once that is confirmed. A batch whose message
-        cannot be built (or whose members' trace contexts cannot be read) is dead-lettered with
-        its members' positions."""
+        cannot be built is dead-lettered with its members' positions."""
         now, ack_key = self.clock.now_ms(), self._tracking_key()
         try:
-            traces = self.store.member_trace_contexts([batch.batch_id]).get(batch.batch_id, ())
             message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                     ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,
                                     shape=self.names.shape, event_times=self.names.event_times,
-                                    trace_contexts=traces)
+                                    trace_contexts=batch.trace_contexts)
             entry = dead_batch_entry(message, attempts, error, now)
         except Exception as build_error:  # noqa: BLE001 - why it died, most likely: the entry holds what is known
             log.warning("dead batch's message not built; dead-lettered without it",

@@ -49,7 +49,6 @@ class Publishing:
         try:
             failed_before = self.store.begin_publish([b.batch_id for b in batches], self.clock.now_ms())
             ack_key = self._tracking_key()
-            contexts = self.store.member_trace_contexts([b.batch_id for b in batches if b.batch_id in failed_before])
         except StoreError as error:
             log.warning("batches not checked before publishing; they stay CLAIMED for the next tick",
                         extra={"batch_ids": [b.batch_id for b in batches], "error": str(error)})
@@ -60,7 +59,7 @@ class Publishing:
                 log.info("batch no longer CLAIMED; not publishing", extra={"batch_id": batch.batch_id})
                 continue
             attempt = failed_before[batch.batch_id] + 1
-            traces = tuple(contexts.get(batch.batch_id, ()))
+            traces = batch.trace_contexts  # read with its members, at the claim or at the reload
             try:
                 message = build_message(batch.group_key, batch.members, batch.reason, batch.claimed_at_ms,
                                         ack_key=ack_key, held_back_ms=batch.held_back_ms, assigned_id=batch.batch_id,

@@ -21,7 +21,8 @@ from consolidator.rules.events import SourcePosition
 from consolidator.rules.policy import FlushReason, RateLimit, RateState
 from consolidator.rules.shape import stored_items
 from consolidator.rules.split import PLAIN, MessageOptions
-from consolidator.store.claims import ClaimCursor, next_batch
+from consolidator.rules.tracecontext import TraceContext
+from consolidator.store.claims import ClaimCursor, next_batch, trace_contexts
 from consolidator.store.connection import Connection
 from consolidator.store.epochs import duplicate_id_refused, id_epochs
 from consolidator.store.members import member_condition, member_keys_text
@@ -38,6 +39,8 @@ class ClaimedBatch:
     members: tuple[Member, ...]
     cut: bool = False  # the claim stopped at the byte cap: the rows after it belong to the same claim
     held_back_ms: int = 0  # how long the group's rate limit held this claim back
+    # the members' trace contexts (those that have one), batch order: read with the members
+    trace_contexts: tuple[TraceContext, ...] = ()
 
 
 MEMBER_COLUMNS = ("src_topic, src_partition, src_offset, item_id, items, first_seen_ms, last_update_ms,"
@@ -89,6 +92,16 @@ def member_rows(cur, batch_id_: str, member_keys: str) -> tuple[Member, ...]:
     cur.execute(f"SELECT {MEMBER_COLUMNS} FROM buffer_rows WHERE {members} AND status = 'CLAIMED'"
                 " ORDER BY first_seen_ms, pos_key", args)
     return tuple(_member(r) for r in cur.fetchall())
+
+
+def traced_member_rows(cur, batch_id_: str, member_keys: str) -> tuple[tuple[Member, ...], tuple[TraceContext, ...]]:
+    """:func:`member_rows` and, in the same order, the trace contexts of those that have one."""
+    members, args = member_condition(batch_id_, member_keys)
+    cur.execute(f"SELECT {MEMBER_COLUMNS}, trace_parent, trace_state FROM buffer_rows WHERE {members}"
+                " AND status = 'CLAIMED' ORDER BY first_seen_ms, pos_key", args)
+    rows = cur.fetchall()
+    return (tuple(_member(r) for r in rows),
+            tuple(TraceContext(r["trace_parent"], r["trace_state"]) for r in rows if r["trace_parent"] is not None))
 
 
 class BatchStore(Connection):
@@ -143,7 +156,8 @@ class BatchStore(Connection):
         keys, members = [r.key for r in rows], tuple(r.member for r in rows)
         new_id, held = _claim_as_batch(cur, group_key, keys, [m.position for m in members], reason, now_ms,
                                              rate, epochs)
-        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut=cut, held_back_ms=held)
+        return ClaimedBatch(new_id, group_key, reason, now_ms, 0, members, cut=cut, held_back_ms=held,
+                            trace_contexts=trace_contexts(rows))
 
     def claim_unbuilt(
         self, group_key: str, reason: FlushReason, now_ms: int, error: str, *, rate: RateLimit | None = None,
@@ -191,7 +205,7 @@ class BatchStore(Connection):
             return [r["batch_id"] for r in cur.fetchall()]
 
     def load_batch(self, batch_id_: str) -> ClaimedBatch | None:
-        """The batch and its member rows, if it is CLAIMED."""
+        """The batch, its member rows and their trace contexts, if it is CLAIMED."""
         with self.transaction() as cur:
             cur.execute(
                 "SELECT group_key, flush_reason, claimed_at_ms, attempts, held_back_ms, member_keys"
@@ -202,10 +216,10 @@ class BatchStore(Connection):
             head = cur.fetchone()
             if head is None:
                 return None
-            members = member_rows(cur, batch_id_, head["member_keys"])
+            members, traces = traced_member_rows(cur, batch_id_, head["member_keys"])
         return ClaimedBatch(
             batch_id_, head["group_key"], FlushReason(head["flush_reason"]), head["claimed_at_ms"],
-            head["attempts"], members, held_back_ms=head["held_back_ms"],
+            head["attempts"], members, held_back_ms=head["held_back_ms"], trace_contexts=traces,
         )
 
     def record_failure(self, batch_id_: str, error: str) -> int | None:

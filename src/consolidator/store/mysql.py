@@ -24,7 +24,6 @@ overrides another; ``tests/unit/test_store_composition.py`` keeps this list true
   delete_trackers, incomplete_summary, incomplete_trackers, lease_completions,
   mark_completions_published, seal, tracker
 - ``UserStore`` (users.py): ensure_users
-- ``TraceStore`` (traces.py): member_trace_contexts
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ from consolidator.store.partitions import (
 )
 from consolidator.store.rate import Throttled
 from consolidator.store.schema import SchemaStore
-from consolidator.store.traces import TraceStore
 from consolidator.store.users import UserStore
 
 __all__ = [
@@ -56,6 +54,6 @@ __all__ = [
 
 
 class MySQLStore(SchemaStore, BufferStore, OffsetStore, EpochStore, BatchStore, BatchViews, EventFinder, PartitionStore,
-                 LimitStore, ExpiryStore, CompletionStore, UserStore, TraceStore):
+                 LimitStore, ExpiryStore, CompletionStore, UserStore):
     """One connection, used by one thread at a time. Reconnects after the server went away.
     Which part owns which method: the module's docstring."""

@@ -23,7 +23,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from consolidator.worker.records import Item, item_offset, item_partition
+from consolidator.rules.events import KafkaRecord
+from consolidator.worker.records import Item, item_offset
 
 Partition = tuple[str, int]
 BACKOFF_FIRST_S = 0.5  # the first retry of a failed write; doubled per failure in a row ...
@@ -143,9 +144,15 @@ class Ledger:
         added = 0
         with self._changed:
             states = self._states
-            for item in items:
-                state = states.get(item_partition(item))
-                offset = item_offset(item)
+            partition, state = None, None
+            for item in items:  # a fetch holds runs of one partition: its state is looked up once a run
+                if type(item) is KafkaRecord:
+                    topic, number, offset = item[0], item[1], item[2]
+                else:
+                    topic, number, offset = item.position
+                if partition is None or number != partition[1] or topic != partition[0]:
+                    partition = (topic, number)
+                    state = states.get(partition)
                 if state is None or (state.next_offset is not None and offset < state.next_offset):
                     continue
                 state.pending.append(item)

@@ -18,6 +18,7 @@ from consolidator.rules.events import KafkaRecord, PoisonReason, Rejected, Sourc
 from consolidator.sources.msk import MAX_TIMESTAMP_MS
 
 Item = KafkaRecord | Rejected  # what the worker holds of one message until it is durable
+_new = tuple.__new__  # a KafkaRecord of all its fields, built in C (its Python-level __new__ costs a call per message)
 
 
 def item_offset(item: Item) -> int:
@@ -61,6 +62,6 @@ def read_messages(messages: Iterable[Message]) -> tuple[list[Item], list[KafkaEr
             append(_rejected(message, "timestamp not available" if kind == TIMESTAMP_NOT_AVAILABLE
                              else f"timestamp {timestamp} is outside [0, {MAX_TIMESTAMP_MS}]"))
             continue
-        append(KafkaRecord(message.topic(), message.partition(), message.offset(), timestamp, message.key(),
-                           message.value(), _headers(message)))
+        append(_new(KafkaRecord, (message.topic(), message.partition(), message.offset(), timestamp, message.key(),
+                                  message.value(), _headers(message))))
     return items, errors
