@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import TopicPartition
@@ -18,7 +19,7 @@ from worker_support import (
     wait_for,
 )
 
-from consolidator.worker.consumer import ConsumerPlan, PollLoop
+from consolidator.worker.consumer import FETCH_MAX, ConsumerPlan, PollLoop
 from consolidator.worker.ledger import Ledger, WriteOutcome
 from consolidator.worker.metrics import PrometheusRegistry
 
@@ -118,3 +119,42 @@ def test_partitions_revoked_by_a_joining_worker_are_committed_before_they_move(k
     assert {r.reason for r in commits} == {"revoke", "shutdown"}
     assert not [kind for kind, _ in first.poll.rebalances + second.poll.rebalances if kind == "lost"]
     assert_committed_durable(kafka, group, topic, store, tmp_path / "dead.jsonl")
+
+
+class _FetchingConsumer:
+    """The client's surface the poll loop's iterations use: no records to give, calls recorded."""
+
+    def __init__(self, stop_after: int, stop: Callable[[], None]) -> None:
+        self.asked: list[int] = []
+        self.paused: list[list[TopicPartition]] = []
+        self._stop_after, self._stop = stop_after, stop
+
+    def consume(self, num_messages, timeout):
+        self.asked.append(num_messages)
+        if len(self.asked) >= self._stop_after:
+            self._stop()
+        return []
+
+    def pause(self, partitions):
+        self.paused.append(partitions)
+
+    def resume(self, partitions):
+        raise AssertionError("nothing was paused")
+
+
+def test_at_the_memory_bound_the_loop_keeps_polling_for_one_record_and_pauses_nothing():
+    """A pause would make the client drop what it prefetched of the partitions, to fetch it again."""
+    from consolidator.services.metrics import NoMetrics
+
+    ledger = Ledger(10, 5)
+    loop = PollLoop(ConsumerPlan({}, ["orders"], None, True, 300, 1), ledger, NoMetrics())
+    ledger.assign([("orders", 0), ("orders", 1)])
+    ledger.add([record(o, partition=p) for p in (0, 1) for o in range(5)])
+    consumer = _FetchingConsumer(3, loop._stop.set)
+    loop._loop(consumer)
+    assert consumer.asked == [1, 1, 1] and consumer.paused == []
+    ledger.complete(ledger.next_job(0), WriteOutcome())  # room again: full fetches
+    consumer = _FetchingConsumer(1, loop._stop.set)
+    loop._stop.clear()
+    loop._loop(consumer)
+    assert consumer.asked == [FETCH_MAX]

@@ -28,8 +28,8 @@ class _WorkerIngest(_WorkerProcess):
                     " arrived, up to this")
     worker_max_buffered_records: int = Field(
         50_000, ge=1, le=10_000_000,
-        description="records fetched and not yet durable that the worker holds in memory; at this many it pauses"
-                    " its partitions until the writer catches up")
+        description="records fetched and not yet durable that the worker holds in memory; at this many it stops"
+                    " fetching (it keeps polling, taking one record at most a poll) until a write makes room")
     worker_commit_interval_seconds: Seconds = Field(
         5, le=300, description="how often the offsets of records made durable are committed (also on every"
                                " revoke and at shutdown)")

@@ -30,7 +30,7 @@ from consolidator.worker.records import read_messages
 
 log = logging.getLogger(__name__)
 POLL_TIMEOUT_S = 0.1  # one consume call waits at most this long for records
-FETCH_MAX = 1000  # records one consume call returns at most
+FETCH_MAX = 1000  # records one consume call returns at most (one while the ledger is at its memory bound)
 GAUGES_EVERY_S = 1.0  # lag, pause and buffer gauges
 ERROR_LOG_EVERY_S = 60.0  # a repeated client error is logged once per this long
 
@@ -125,7 +125,10 @@ class PollLoop:
         next_commit = time.monotonic() + self.plan.commit_interval_s
         next_gauges = 0.0
         while not self._stop.is_set():
-            messages = consumer.consume(num_messages=FETCH_MAX, timeout=POLL_TIMEOUT_S)
+            if self.ledger.wait_for_room(POLL_TIMEOUT_S):
+                messages = consumer.consume(num_messages=FETCH_MAX, timeout=POLL_TIMEOUT_S)
+            else:  # at the memory bound: still poll (the group, the callbacks), taking one record at most
+                messages = consumer.consume(num_messages=1, timeout=0)
             now = self.beat = time.monotonic()
             items, errors = read_messages(messages)
             for error in errors:

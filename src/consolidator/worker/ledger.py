@@ -9,8 +9,10 @@ Guarantees:
 - **a prefix per partition**: one write job at a time; a partition whose write failed at
   offset X keeps X and everything after it, in order, ahead of anything fetched later, and its
   next job starts at X after a backoff; nothing after X is written before X is;
-- **memory bound**: the records held are at most ``max_buffered`` plus one fetch; the poll loop
-  pauses partitions (:meth:`Ledger.pause_plan`) rather than hold more;
+- **memory bound**: the records held are at most ``max_buffered`` plus one fetch (and one record
+  a poll while at the bound): there the poll loop waits for room (:meth:`Ledger.wait_for_room`)
+  and takes at most one record a poll. It does not pause for this: pausing a partition makes
+  the client drop what it had prefetched of it, to fetch it again on the resume;
 - **ownership**: each assignment of a partition is a new generation; the outcome of a write for
   a partition revoked (or lost) meanwhile changes nothing, whatever generation owns it now.
 """
@@ -90,7 +92,6 @@ class Ledger:
         self._job: WriteJob | None = None
         self._job_started = 0.0  # monotonic
         self._closed = False
-        self._over_cap = False  # every partition paused until the buffer drains to half the cap
         self._changed = threading.Condition(threading.Lock())
         self._cursor = 0  # where the next job starts taking, round robin over the partitions
 
@@ -169,23 +170,29 @@ class Ledger:
     def _buffered(self) -> int:
         return sum(len(s.pending) + s.in_flight for s in self._states.values())
 
+    def wait_for_room(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` until fewer than ``max_buffered`` records are held; whether
+        there is room now."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while self._buffered() >= self.max_buffered:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+            return True
+
     def pause_plan(self) -> tuple[list[Partition], list[Partition]]:
         """(to pause, to resume) on the consumer now, marked as done: a partition whose last write
         failed, or whose write has been in flight for :data:`SLOW_WRITE_S`, stays paused until a
-        write of it succeeds; all are while the held records are at ``max_buffered`` (until they
-        drain to half of it); the others are resumed."""
+        write of it succeeds; the others are resumed."""
         now = self._clock()
         with self._changed:
             slow = (self._job.items.keys() if self._job is not None and now - self._job_started >= SLOW_WRITE_S
                     else ())
-            held = self._buffered()
-            if held >= self.max_buffered:
-                self._over_cap = True
-            elif held <= self.max_buffered // 2:
-                self._over_cap = False
             pause, resume = [], []
             for partition, state in self._states.items():
-                want = self._over_cap or state.failures > 0 or partition in slow
+                want = state.failures > 0 or partition in slow
                 if want and not state.paused:
                     pause.append(partition)
                 elif not want and state.paused:
