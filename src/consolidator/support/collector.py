@@ -6,10 +6,9 @@ reference counting as soon as their batch is delivered. Every collection that ru
 traverses them all again; on bench-flush's generic drain that was about a third of the
 flusher's CPU per row (the default shape: about a fifth). An ingest call is the same: its
 records and their parsed events, up to the MSK batch size (pausing it took ingest from 11,900
-to 19,500 generic records/s, and from 30,500 to 38,700 orders/s, best of three, alternated); in the
-worker, the records its poll thread fetches meanwhile are held too (pausing over each write took
-bench-worker's worker from about 0.85x to about 0.95x the ingest service); and so is a Spark
-replay's chunk of parsed events (spark/replay.py)."""
+to 19,500 generic records/s, and from 30,500 to 38,700 orders/s, best of three, alternated), and
+in the worker the records its poll thread holds meanwhile too; and so is a Spark replay's chunk
+of parsed events (spark/replay.py)."""
 
 from __future__ import annotations
 
