@@ -259,7 +259,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--groups", type=int, default=50)
     parser.add_argument("--batch-records", type=int, default=5_000, help="records per write (WORKER_BATCH_RECORDS)")
-    parser.add_argument("--repeat", type=int, default=2, help="runs of each phase, alternating; the fastest counts")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each phase, alternating; the fastest counts")
     parser.add_argument("--backlog", type=int, default=1_000_000, help="records of the memory phase")
     parser.add_argument("--rss-bound-mb", type=float, default=300.0)
     parser.add_argument("--latency-events", type=int, default=5)
