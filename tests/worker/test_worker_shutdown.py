@@ -22,6 +22,14 @@ from worker_support import (
 )
 
 
+def _terminated(process) -> tuple[str, str, float]:
+    """SIGTERM to ``process``: its stdout and stderr, and how long it took to exit."""
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=30)
+    return stdout, stderr, time.monotonic() - sent
+
+
 def _ends(kafka, topic) -> dict[int, int]:
     return {p: end for p, end in kafka.high_watermarks(topic).items() if end}
 
@@ -34,10 +42,7 @@ def test_sigterm_commits_releases_the_lock_leaves_the_group_and_exits_0(kafka, t
     with worker_process(env) as process:
         wait_for(lambda: len(durable_positions(store, tmp_path / "dead.jsonl")) == 300, 30, "300 rows")
         assert kafka.committed(group, topic) == {}
-        sent = time.monotonic()
-        process.send_signal(signal.SIGTERM)
-        stdout, stderr = process.communicate(timeout=30)
-        took = time.monotonic() - sent
+        stdout, stderr, took = _terminated(process)
     assert process.returncode == 0, stderr
     assert took < 25, f"exit took {took:.1f} s"
     lines = log_lines(stdout)
@@ -75,10 +80,7 @@ def test_sigterm_while_the_database_hangs_exits_0_within_the_bound(kafka, topic,
         db_proxy.set("blackhole")
         kafka.produce(topic, 100, 100)
         time.sleep(1.5)  # the write of the new records is stuck now
-        sent = time.monotonic()
-        process.send_signal(signal.SIGTERM)
-        stdout, stderr = process.communicate(timeout=30)
-        took = time.monotonic() - sent
+        stdout, stderr, took = _terminated(process)
     assert process.returncode == 0, stderr
     assert took < 5 + 2, f"exit took {took:.1f} s, over the 5 s bound"
     assert "shutdown: the write in flight is abandoned; its records are delivered again (replays)" in \
@@ -103,10 +105,7 @@ def test_a_second_signal_exits_at_once_and_nothing_is_lost(kafka, topic, worker_
         time.sleep(1.5)
         process.send_signal(signal.SIGTERM)  # the clean stop now waits up to 10 s for the stuck write
         time.sleep(0.5)
-        sent = time.monotonic()
-        process.send_signal(signal.SIGTERM)
-        stdout, _ = process.communicate(timeout=30)
-        took = time.monotonic() - sent
+        stdout, _, took = _terminated(process)
     assert process.returncode == 128 + signal.SIGTERM
     assert took < 2, f"the second signal took {took:.1f} s"
     assert "second signal: exiting now; uncommitted records are delivered again" in \
@@ -132,10 +131,7 @@ def test_sigterm_while_it_starts_exits_0_at_once(worker_env, db_proxy):
         wait_for(lambda: db_proxy.connections > 0 or process.poll() is not None, 30,
                  "the worker to ask for its secret")
         assert process.poll() is None, process.communicate()
-        sent = time.monotonic()
-        process.send_signal(signal.SIGTERM)
-        stdout, stderr = process.communicate(timeout=30)
-        took = time.monotonic() - sent
+        stdout, stderr, took = _terminated(process)
     assert process.returncode == 0, stderr
     assert took < 2, f"the stop took {took:.1f} s"
     assert "stop requested while starting; nothing fetched yet: exiting" in \

@@ -64,8 +64,7 @@ def ingest_span(records: Sequence[KafkaRecord], contexts: Sequence[TraceContext 
 
     parent, links, count = tracing.parent_and_links(contexts)
     attributes = _base(records, consumer_group) | {"consolidator.trace.contexts": count}
-    topics = sorted({r.topic for r in records})
-    name = f"process {topics[0] if len(topics) == 1 else 'kafka'}"
+    name = f"process {attributes.get('messaging.destination.name', 'kafka')}"  # the one topic, if one
     with tracer.start_as_current_span(name, context=parent, kind=SpanKind.CONSUMER, links=links,
                                       attributes=attributes) as span:
         yield span

@@ -86,16 +86,9 @@ def _claim_as_batch(cur, group_key: str, keys: list[str], positions: list[Source
     return new_id, held
 
 
-def member_rows(cur, batch_id_: str, member_keys: str) -> tuple[Member, ...]:
-    """The CLAIMED member rows of a batch, in batch order."""
-    members, args = member_condition(batch_id_, member_keys)
-    cur.execute(f"SELECT {MEMBER_COLUMNS} FROM buffer_rows WHERE {members} AND status = 'CLAIMED'"
-                " ORDER BY first_seen_ms, pos_key", args)
-    return tuple(_member(r) for r in cur.fetchall())
-
-
-def traced_member_rows(cur, batch_id_: str, member_keys: str) -> tuple[tuple[Member, ...], tuple[TraceContext, ...]]:
-    """:func:`member_rows` and, in the same order, the trace contexts of those that have one."""
+def member_rows(cur, batch_id_: str, member_keys: str) -> tuple[tuple[Member, ...], tuple[TraceContext, ...]]:
+    """The CLAIMED member rows of a batch, in batch order, and in the same order the trace
+    contexts of those that have one."""
     members, args = member_condition(batch_id_, member_keys)
     cur.execute(f"SELECT {MEMBER_COLUMNS}, trace_parent, trace_state FROM buffer_rows WHERE {members}"
                 " AND status = 'CLAIMED' ORDER BY first_seen_ms, pos_key", args)
@@ -216,7 +209,7 @@ class BatchStore(Connection):
             head = cur.fetchone()
             if head is None:
                 return None
-            members, traces = traced_member_rows(cur, batch_id_, head["member_keys"])
+            members, traces = member_rows(cur, batch_id_, head["member_keys"])
         return ClaimedBatch(
             batch_id_, head["group_key"], FlushReason(head["flush_reason"]), head["claimed_at_ms"],
             head["attempts"], members, held_back_ms=head["held_back_ms"], trace_contexts=traces,

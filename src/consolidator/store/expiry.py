@@ -81,7 +81,7 @@ class ExpiryStore(Connection):
             head = cur.fetchone()
             if head is None:
                 return None
-            members = member_rows(cur, batch_id_, head["member_keys"])
+            members, _ = member_rows(cur, batch_id_, head["member_keys"])
         return ExpiryBatch(batch_id_, head["group_key"], head["claimed_at_ms"], members)
 
     def mark_expired(self, batch_id_: str, now_ms: int, positions: Sequence[SourcePosition] | None = None) -> int:

@@ -148,7 +148,7 @@ class Ledger:
             partition, state = None, None
             for item in items:  # a fetch holds runs of one partition: its state is looked up once a run
                 if type(item) is KafkaRecord:
-                    topic, number, offset = item[0], item[1], item[2]
+                    topic, number, offset = item.topic, item.partition, item.offset
                 else:
                     topic, number, offset = item.position
                 if partition is None or number != partition[1] or topic != partition[0]:
