@@ -42,7 +42,7 @@ def test_stream_stops_after_its_micro_batch_and_names_the_offsets(tmp_path, how)
     try:
         deadline = time.monotonic() + 400
         while not read_lines(out) and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.2)
         assert read_lines(out), process.communicate(timeout=60)
         if how == "SIGTERM":
             process.send_signal(signal.SIGTERM)  # the process only, as `kill PID` does

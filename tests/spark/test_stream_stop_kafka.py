@@ -46,7 +46,7 @@ def test_the_stop_line_names_the_topic_and_its_offsets(tmp_path):
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
         deadline = time.monotonic() + 400
         while not read_lines(out) and stream.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.2)
         assert read_lines(out), stream.communicate(timeout=60)
         stream.send_signal(signal.SIGTERM)
         _, stderr = stream.communicate(timeout=300)
