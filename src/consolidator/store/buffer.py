@@ -196,8 +196,10 @@ def _upsert_statements(cur, events: Sequence[Event], now_ms: int) -> Iterator[st
                 f"{key}{offset.to_bytes(8, 'big', signed=True).hex()}{columns}{offset:d},{ts:d},"
                 f"'{esc_json(dumps(items))}'{tail if trace is None else times + traced(trace)}")
 
-    def traced(trace) -> str:  # printable ASCII already (rules/tracecontext.py); escaped all the same
+    def traced(trace) -> str:
+        # a TraceContext's traceparent is lowercase hex and dashes (rules/tracecontext.py): nothing
+        # to escape; its tracestate is printable ASCII, which may hold a quote or a backslash
         parent, state = trace
-        return f"'{esc(parent)}',{'NULL' if state is None else chr(39) + esc(state) + chr(39)})"
+        return f"'{parent}',{'NULL' if state is None else chr(39) + esc(state) + chr(39)})"
 
     yield from _multi_row(_UPSERT_HEAD, _UPSERT_TAIL, map(row, events))
