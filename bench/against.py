@@ -39,7 +39,7 @@ KEYS = ("ratio_vs_sql_floor", "kafka_ratio_vs_sql_floor", "client_cpu_us_per_row
 
 def best(key: str, values: list[float]) -> float:
     """The best of a figure's values: the least for a cost per row, the most otherwise."""
-    return min(values) if key.endswith("_us_per_row") else max(values)
+    return min(values) if key.endswith(("_us_per_row", "_us_per_record")) else max(values)
 
 
 def database_url(database: str) -> str:

@@ -12,7 +12,10 @@ this process's own CPU (the Lambda side), and after the service phase it counts 
 replay-protection state. Prints a table of figures, then one JSON line with
 ratio_vs_load_data, ratio_vs_per_record, server CPU per record and replay_state_rows.
 With --variants it also times each fast path against the exact one it stands for, in the same
-run, per record (client CPU, the fastest of three): the JSON decode (``decode`` against
+run: the service with its pipelined store against the exact path alone (``pipeline_rows=0``),
+alternating with the others (quiet machines only: the pipeline overlaps the client's work with
+the server's, which a second busy core hides); and, per record (client CPU, the fastest of
+three): the JSON decode (``decode`` against
 ``decode_exact``) and the MSK event reader (inline against ``parse_event(exact=True)``). Their
 ratios (fast / exact time, below 1 pays) are in the JSON line under ``variants``.
 Not part of the test suite: `make bench-ingest` (`BENCH_ARGS=--variants`).
@@ -37,7 +40,7 @@ from server_cpu import ServerCpu, per_record_us
 
 from consolidator.rules.clock import SystemClock
 from consolidator.rules.events import FieldNames, KafkaRecord, decode, decode_exact
-from consolidator.services.ingest import IngestService
+from consolidator.services.ingest import PIPELINE_ROWS, IngestService
 from consolidator.sinks.deadletter import FileDeadLetter
 from consolidator.sources.formats import RegistryValueDecoder, decode_event
 from consolidator.sources.formats.base import RegisteredSchema
@@ -130,19 +133,23 @@ def reset(store: MySQLStore) -> None:
 
 
 def run_service(store: MySQLStore, records: list[KafkaRecord], batch_size: int, dlq_dir: str,
-                names: FieldNames | None = None, values: RegistryValueDecoder | None = None) -> float:
+                names: FieldNames | None = None, values: RegistryValueDecoder | None = None,
+                pipeline_rows: int = PIPELINE_ROWS) -> float:
     """The ingest service over ``records`` (field ``names``; values in ``values``' format, None:
-    JSON), in MSK events of ``batch_size``; a new service, so a new schema cache, each run."""
-    return run_service_timed(store, records, batch_size, dlq_dir, names, values)[0]
+    JSON), in MSK events of ``batch_size``; a new service, so a new schema cache, each run.
+    ``pipeline_rows`` 0: the exact path only."""
+    return run_service_timed(store, records, batch_size, dlq_dir, names, values, pipeline_rows)[0]
 
 
 def run_service_timed(store: MySQLStore, records: list[KafkaRecord], batch_size: int, dlq_dir: str,
-                      names: FieldNames | None = None, values: RegistryValueDecoder | None = None) -> tuple[float, float]:
+                      names: FieldNames | None = None, values: RegistryValueDecoder | None = None,
+                      pipeline_rows: int = PIPELINE_ROWS) -> tuple[float, float]:
     """:func:`run_service`'s seconds, and the CPU seconds of this process meanwhile (the client's
     work, its threads included; not the database server's, and not what other processes on a
     shared machine take)."""
     service = IngestService(store, FileDeadLetter(Path(dlq_dir) / "dlq.jsonl"),
-                            names or FieldNames(), 256 * 1024, SystemClock(), values=values)
+                            names or FieldNames(), 256 * 1024, SystemClock(), values=values,
+                            pipeline_rows=pipeline_rows)
     events = [event_from_records(records[i:i + batch_size]) for i in range(0, len(records), batch_size)]
     started, cpu = time.perf_counter(), time.process_time()
     for event in events:
@@ -191,7 +198,7 @@ def _cpu_us(run, count: int, repeat: int = 3) -> float:
     return round(best * 1e6 / count, 3)
 
 
-def measure_variants(records: list[KafkaRecord], batch_size: int) -> dict:
+def measure_variants(records: list[KafkaRecord], batch_size: int, results: dict[str, float]) -> dict:
     """Each fast path against the exact one, in this run: time ratios fast / exact (below 1 pays)."""
     names, limit = FieldNames(), 256 * 1024
     events = [event_from_records(records[i:i + batch_size]) for i in range(0, len(records), batch_size)]
@@ -206,6 +213,9 @@ def measure_variants(records: list[KafkaRecord], batch_size: int) -> dict:
         fast_us, exact_us = _cpu_us(fast, count), _cpu_us(exact, count)
         figures[name] = {"fast_us_per_record": fast_us, "exact_us_per_record": exact_us,
                          "fast_over_exact": round(fast_us / exact_us, 3)}
+    figures["ingest_pipelined"] = {"pipelined_records_per_s": round(results["service"]),
+                                   "exact_records_per_s": round(results["service_exact"]),
+                                   "pipelined_over_exact": round(results["service"] / results["service_exact"], 3)}
     return figures
 
 
@@ -242,7 +252,9 @@ def main() -> None:
     phases = [("service", lambda: run_service(store, records, args.batch_size, tmp)),
               ("service_avro", lambda: run_service(store, avro_records, args.batch_size, tmp, values=avro_values())),
               ("load_data", lambda: run_load_data(store, rows, tmp)),
-              ("generic", lambda: run_service(store, generic, args.batch_size, tmp, GENERIC_NAMES))] * args.repeat
+              ("generic", lambda: run_service(store, generic, args.batch_size, tmp, GENERIC_NAMES)),
+              *([("service_exact", lambda: run_service(store, records, args.batch_size, tmp, pipeline_rows=0))]
+                if args.variants else [])] * args.repeat
     phases.append(("per_record", lambda: run_per_record(store, rows[: args.per_record_sample])))
     with tempfile.TemporaryDirectory() as tmp:
         for name, run in phases:
@@ -282,7 +294,7 @@ def main() -> None:
     def ratio(a, b):
         return None if a is None or b is None or not b else round(a / b, 2)
 
-    variants = measure_variants(records, args.batch_size) if args.variants else None
+    variants = measure_variants(records, args.batch_size, results) if args.variants else None
 
     figures = {
         "records": len(records), "groups": args.groups, "batch_size": args.batch_size, "repeat": args.repeat,

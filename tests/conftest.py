@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from collections.abc import Iterator
 
 import pymysql
 import pytest
-from support import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, T0
+from support import LOCK_KEY, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, T0
 
 from consolidator.rules.clock import ManualClock
 from consolidator.store.mysql import ConnectionParams, MySQLStore
+
+os.environ.setdefault("CONSOLIDATOR_LOCK_KEY", LOCK_KEY)  # inherited by every handler, CLI and worker the tests run
 
 
 def _admin() -> pymysql.connections.Connection:

@@ -15,6 +15,9 @@ MYSQL_PORT = int(os.environ.get("TEST_MYSQL_PORT", "3306"))
 MYSQL_USER = os.environ.get("TEST_MYSQL_USER", "root")
 MYSQL_PASSWORD = os.environ.get("TEST_MYSQL_PASSWORD", "")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+#: this run's flush lock (conftest.py sets CONSOLIDATOR_LOCK_KEY to it): two suites on one Redis
+#: (a CI run beside a fresh-root check) never take or delete each other's lock
+LOCK_KEY = f"consolidator-test-{os.getpid()}:flush-lock"
 T0 = 1_795_000_000_000  # 2026-11-19T...Z, a fixed start for manual clocks
 
 #: ``HYPOTHESIS_DEEP=1``: the slowest property tests run their full example counts (the deep run,

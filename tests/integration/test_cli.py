@@ -224,9 +224,9 @@ def test_spark_subcommand_is_imported_lazily():
 @pytest.fixture
 def flush_env(env, tmp_path, monkeypatch) -> dict[str, str]:
     import redis
-    from support import REDIS_URL
+    from support import LOCK_KEY, REDIS_URL
 
-    redis.Redis.from_url(REDIS_URL).delete("consolidator:flush-lock")
+    redis.Redis.from_url(REDIS_URL).delete(LOCK_KEY)
     values = env | {"CONSOLIDATOR_REDIS_URL": REDIS_URL,
                     "CONSOLIDATOR_SINK_URL": f"file://{tmp_path / 'batches.jsonl'}",
                     # records carry the fixed T0 timestamp, days before the wall clock of the CLI

@@ -18,7 +18,7 @@ import pymysql
 import pytest
 import redis
 from moto import mock_aws
-from support import MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, REDIS_URL, record
+from support import LOCK_KEY, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER, REDIS_URL, record
 from test_acks_handler import lambda_event, received
 from test_ingest_handler import load_handler
 
@@ -179,7 +179,7 @@ def test_each_function_runs_its_code_as_its_own_user(users, database_url, monkey
     try:
         result = load_handler("flush").handler({}, LocalLambdaContext(function_name="flush", timeout_ms=1_000))
     finally:
-        redis.Redis.from_url(REDIS_URL).delete("consolidator:flush-lock")
+        redis.Redis.from_url(REDIS_URL).delete(LOCK_KEY)
     assert result["published"] == 2 and result["dead"] == 0 and result["publish_failures"] == 0, result
     batches = [json.loads(line) for line in (tmp_path / "batches.jsonl").read_text().splitlines()]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import REDIS_URL, record
+from support import LOCK_KEY, REDIS_URL, record
 from test_flush import VALIDATOR, ingest
 
 from consolidator.demo.lambda_context import LocalLambdaContext
@@ -37,7 +37,7 @@ def flush_env(monkeypatch, database_url, tmp_path):
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "1")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "Consolidator")
     yield tmp_path / "batches.jsonl"
-    redis.Redis.from_url(REDIS_URL).delete("consolidator:flush-lock")
+    redis.Redis.from_url(REDIS_URL).delete(LOCK_KEY)
 
 
 def test_handler_ticks_until_the_invocation_ends_and_publishes_due_groups(flush_env, store, clock, capsys):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import REDIS_URL, record
+from support import LOCK_KEY, REDIS_URL, record
 
 from consolidator.demo.lambda_context import LocalLambdaContext
 from consolidator.rules.events import FieldNames, decode
@@ -40,7 +40,7 @@ def env(monkeypatch, database_url, tmp_path, store):
     monkeypatch.setenv("CONSOLIDATOR_ENVIRONMENT", "staging")
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "1")
     yield
-    redis.Redis.from_url(REDIS_URL).delete("consolidator:flush-lock")
+    redis.Redis.from_url(REDIS_URL).delete(LOCK_KEY)
 
 
 @pytest.mark.parametrize(("function", "event", "metric"), [

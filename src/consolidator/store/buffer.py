@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -23,6 +23,7 @@ from consolidator.rules.events import Event, SourcePosition, bucket_of
 from consolidator.rules.policy import GroupStats
 from consolidator.store.connection import (
     Connection,
+    Pipeline,
     _json_escaper,
     _multi_row,
     _string_escaper,
@@ -31,7 +32,10 @@ from consolidator.store.members import keys_table
 from consolidator.store.offsets import (
     Partition,
     advance_marks,
+    create_missing_marks,
     lock_marks,
+    lock_read_statement,
+    marks_of,
     record_applied,
 )
 
@@ -98,6 +102,35 @@ class BufferStore(Connection):
             affected = sum(cur.execute(statement) for statement in _upsert_statements(cur, fresh, now_ms))
             advance_marks(cur, {p: o for p, o in high.items() if o > marks[p].high_water})
         return IngestCounts(stored=len(fresh), coalesced=affected - len(fresh), replayed=len(events) - len(fresh))
+
+    def ingest_pipelined(self, partitions: Iterable[Partition], chunks: Iterable[Sequence[Event]],
+                         now_ms: int) -> IngestCounts:
+        """What :meth:`ingest` does for the events of ``chunks`` (every one of a partition in
+        ``partitions``; no settled positions), in one transaction, with the client's work
+        overlapping the server's: ``chunks`` is iterated (the caller decodes there) and each
+        chunk's statement is built while the server runs the previous one. All or nothing: any
+        error, a statement's or one ``chunks`` raises, rolls everything back and propagates;
+        no retry after a conflict (the caller falls back to :meth:`ingest`)."""
+        keys = sorted(set(partitions))
+        stored = seen = affected = 0
+        with self.transaction() as cur, Pipeline(cur) as pipe:
+            if keys:
+                pipe.send(lock_read_statement(cur, keys))
+            chunks = iter(chunks)
+            chunk = next(chunks, None)  # the first decode overlaps the lock
+            marks = create_missing_marks(cur, keys, marks_of(pipe.fetch())) if keys else {}
+            high = {partition: mark.high_water for partition, mark in marks.items()}
+            while chunk is not None:
+                seen += len(chunk)
+                fresh = _fresh(chunk, high)
+                stored += len(fresh)
+                for statement in _upsert_statements(cur, fresh, now_ms):
+                    affected += pipe.wait()
+                    pipe.send(statement)
+                chunk = next(chunks, None)  # decoded while the server runs the last statement
+            affected += pipe.wait()
+            advance_marks(cur, {p: o for p, o in high.items() if o > marks[p].high_water})
+        return IngestCounts(stored=stored, coalesced=affected - stored, replayed=seen - stored)
 
     def ingest_redriven(self, events: Sequence[Event], now_ms: int) -> IngestCounts:
         """Store fixed poison events under their original positions, each exactly once: the
@@ -196,8 +229,10 @@ def _upsert_statements(cur, events: Sequence[Event], now_ms: int) -> Iterator[st
                 f"{key}{offset.to_bytes(8, 'big', signed=True).hex()}{columns}{offset:d},{ts:d},"
                 f"'{esc_json(dumps(items))}'{tail if trace is None else times + traced(trace)}")
 
-    def traced(trace) -> str:  # printable ASCII already (rules/tracecontext.py); escaped all the same
+    def traced(trace) -> str:
+        # a TraceContext's traceparent is lowercase hex and dashes (rules/tracecontext.py): nothing
+        # to escape; its tracestate is printable ASCII, which may hold a quote or a backslash
         parent, state = trace
-        return f"'{esc(parent)}',{'NULL' if state is None else chr(39) + esc(state) + chr(39)})"
+        return f"'{parent}',{'NULL' if state is None else chr(39) + esc(state) + chr(39)})"
 
     yield from _multi_row(_UPSERT_HEAD, _UPSERT_TAIL, map(row, events))

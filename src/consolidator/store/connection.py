@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pymysql
 import pymysql.cursors
-from pymysql.constants import SERVER_STATUS
+from pymysql.constants import COMMAND, SERVER_STATUS
 from pymysql.converters import escape_string
 
 from consolidator.rules.errors import (
@@ -175,6 +175,51 @@ def _multi_row(head: str, tail: str, rows: Iterable[str], max_bytes: int = 1_000
         size += len(text) + 2
     if values:
         yield head + ", ".join(values) + tail
+
+
+class Pipeline:
+    """At most one statement in flight on a transaction's connection: :meth:`send` returns at
+    once, so the client can build the next statement while the server runs this one, and
+    :meth:`wait` reads its result (raising its error). Nothing else may use the connection
+    while a statement is in flight. Leaving the block on an error reads what is still in flight
+    (its error is dropped: the first one propagates), so the transaction can roll back."""
+
+    def __init__(self, cur: pymysql.cursors.Cursor):
+        self._connection = cur.connection
+        self._in_flight = False
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._in_flight:
+            self._in_flight = False
+            if exc_type is None:
+                raise RuntimeError("a pipelined statement was never waited for")
+            with contextlib.suppress(pymysql.err.MySQLError, OSError):
+                self._connection._read_query_result()
+
+    def send(self, statement: str) -> None:
+        if self._in_flight:
+            raise RuntimeError("wait for the statement in flight first")
+        # encoded as pymysql's Connection.query does; the driver's own send, without its wait
+        self._connection._execute_command(COMMAND.COM_QUERY,
+                                          statement.encode(self._connection.encoding, "surrogateescape"))
+        self._in_flight = True
+
+    def wait(self) -> int:
+        """The affected rows of the statement in flight (0 when there is none)."""
+        if not self._in_flight:
+            return 0
+        self._in_flight = False
+        return self._connection._read_query_result()
+
+    def fetch(self) -> tuple[tuple, ...]:
+        """The rows of the statement in flight, as tuples (none when nothing is in flight)."""
+        if not self._in_flight:
+            return ()
+        self.wait()
+        return self._connection._result.rows or ()
 
 
 class Connection:

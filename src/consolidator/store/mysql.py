@@ -6,7 +6,7 @@ overrides another; ``tests/unit/test_store_composition.py`` keeps this list true
 :class:`~consolidator.store.connection.Connection` (``transaction``, ``close``, ``ping``):
 
 - ``SchemaStore`` (schema.py): migrate, schema_version
-- ``BufferStore`` (buffer.py): ingest, ingest_redriven, pending_group_stats,
+- ``BufferStore`` (buffer.py): ingest, ingest_pipelined, ingest_redriven, pending_group_stats,
   row_counts
 - ``OffsetStore`` (offsets.py): partition_offsets, replay_marks, replay_state_rows, reset_offsets
 - ``EpochStore`` (epochs.py): topic_epochs
