@@ -41,7 +41,7 @@ def wait_for(condition, query, timeout_s: float):
         result = condition()
         if result:
             return result
-        time.sleep(0.5)
+        time.sleep(0.2)
     raise AssertionError(f"condition not met within {timeout_s} s; last progress {query.lastProgress}")
 
 
@@ -49,7 +49,7 @@ def test_idle_hard_window_full_and_poison(spark, kafka, tmp_path):
     topic = kafka.topic("orders")
     out, dead = tmp_path / "batches.jsonl", tmp_path / "dead.jsonl"
     config = StreamConfig(kafka.bootstrap, topic, f"file://{out}", f"file://{dead}", str(tmp_path / "ckpt"),
-                          policy=Policy(debounce_ms=3_000, hard_window_ms=8_000, max_batch_size=3,
+                          policy=Policy(debounce_ms=3_000, hard_window_ms=5_000, max_batch_size=3,
                                         tick_interval_ms=1_000),
                           trigger_ms=250, source="python")
     # warm-up: the first micro-batch starts the Python workers and the state store (seconds on

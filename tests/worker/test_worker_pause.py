@@ -17,13 +17,20 @@ from worker_support import (
     wait_for,
 )
 
-MAX_POLL_INTERVAL_MS = 6000
-OUTAGE_S = 9.0  # longer than max.poll.interval.ms
+from consolidator.worker import ledger
+
+MAX_POLL_INTERVAL_MS = 3000
+SLOW_WRITE_S = 1.5  # a write in flight this long pauses its partitions (the worker's is longer)
+BACKOFF_MAX_S = 1.0  # the longest wait between two writes that fail (the worker's is longer)
+OUTAGE_S = 4.5  # longer than max.poll.interval.ms and than a slow write
 
 
 @pytest.mark.parametrize("outage", ["blackhole", "refuse"], ids=["database-hangs", "database-down"])
 def test_a_database_outage_longer_than_max_poll_interval_pauses_without_a_rebalance(
-        outage, kafka, topic, worker_env, store, db_proxy, tmp_path: Path):
+        outage, kafka, topic, worker_env, store, db_proxy, tmp_path: Path, monkeypatch):
+    # the ledger's bounds shortened, so that the outage outlasts them in a few seconds
+    monkeypatch.setattr(ledger, "SLOW_WRITE_S", SLOW_WRITE_S)
+    monkeypatch.setattr(ledger, "BACKOFF_MAX_S", BACKOFF_MAX_S)
     env = {**worker_env,
            "CONSOLIDATOR_DATABASE_URL": worker_env["CONSOLIDATOR_DATABASE_URL"].replace(
                "127.0.0.1:3306", f"127.0.0.1:{db_proxy.port}"),
