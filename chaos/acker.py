@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
 from chaos.process import Worker
 
-if TYPE_CHECKING:
-    from chaos.scenarios import Run
+
+class Run(Protocol):
+    """What the acker uses of its chaos run (chaos.scenarios.Run)."""
+
+    dir: Path
+    rng: random.Random
+    s: Any  # the scenario: its acker_kill_p
+    errors: list[str]
+    faults: dict[str, int]
+
+    def count(self, fault: str) -> None: ...
+
+    def query(self, statement: str) -> list[dict]: ...
 
 
 class Acker:
