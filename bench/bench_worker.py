@@ -51,6 +51,9 @@ from consolidator.store.mysql import ConnectionParams, MySQLStore
 from consolidator.worker.runtime import build_worker
 
 PARTITIONS = 4  # the mock cluster's topics
+# the mock cluster keeps about 5 MB of a partition (some 45,000 of these records) and drops the
+# oldest beyond it: a backlog is spread over topics so that every record stays
+BACKLOG_RECORDS_PER_TOPIC = 100_000
 CLI = [sys.executable, "-c", "from consolidator.cli import app; app(prog_name='consolidator')"]
 
 
@@ -96,6 +99,16 @@ class LocalKafka:
         finally:
             consumer.close()
         return records
+
+    def kept(self, topics: list[str]) -> int:
+        """How many records ``topics`` hold now (the mock cluster drops a partition's oldest
+        records beyond its size)."""
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kept", "log_level": 2})
+        try:
+            return sum(high - low for topic in topics for p in range(PARTITIONS)
+                       for low, high in [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)])
+        finally:
+            consumer.close()
 
     def ends(self, topic: str) -> dict[tuple[str, int], int]:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "ends", "log_level": 2})
@@ -175,12 +188,17 @@ def stop(process: subprocess.Popen, tmp: str, why: str | None = None) -> None:
 
 def run_backlog(args, kafka: LocalKafka, store: MySQLStore, tmp: str) -> dict:
     """A worker process drains ``--backlog`` records; its peak resident memory, sampled."""
-    topic = f"backlog-{uuid.uuid4().hex[:6]}"
     records = make_records(args.backlog, args.groups, seed=13)
-    kafka.produce(topic, produced(records))
-    ends = {p: end for p, end in kafka.ends(topic).items() if end}
+    run = uuid.uuid4().hex[:6]
+    topics = [f"backlog-{run}-{i}" for i in range(-(-len(records) // BACKLOG_RECORDS_PER_TOPIC))]
+    ends = {}
+    for i, topic in enumerate(topics):
+        kafka.produce(topic, produced(records[i * BACKLOG_RECORDS_PER_TOPIC:(i + 1) * BACKLOG_RECORDS_PER_TOPIC]))
+        ends |= {p: end for p, end in kafka.ends(topic).items() if end}
+    if kafka.kept(topics) != len(records):
+        raise SystemExit(f"the local Kafka kept {kafka.kept(topics)} of the backlog's {len(records)} records")
     reset(store)
-    env = {**os.environ, **worker_env(args, kafka, topic, tmp)}
+    env = {**os.environ, **worker_env(args, kafka, ",".join(topics), tmp)}
     started = time.perf_counter()
     process = start_worker(env, tmp, "--role", "ingest")
     peak = 0.0
