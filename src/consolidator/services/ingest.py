@@ -12,9 +12,10 @@ Guarantees:
   failed even when its entry was written, and is dead-lettered again when re-delivered);
 - an invocation whose records all decode is stored pipelined: one transaction in which the
   next chunk is decoded while the database stores the previous one, so the client's work and
-  the server's overlap (``make bench-ingest BENCH_ARGS=--variants``: 1.37x-1.41x the records/s
-  of the exact path with the database on the same 2 cores, level when another process takes
-  the second core; with the database on another host the round trips hide too). At the first poison
+  the server's overlap (``make bench-ingest BENCH_ARGS=--variants``: 1.26x-1.29x the records/s
+  of the exact path, whose statements overlap only their own building, with the database on the
+  same 2 cores; level when another process takes the second core; with the database on another
+  host the round trips hide too). At the first poison
   record or statement error that transaction is rolled back and the exact path (decode
   everything, dead-letter the poison, store the rest in one transaction, isolate a failing
   record by halving) takes the invocation from the start, reusing what was decoded, so the

@@ -33,7 +33,6 @@ from consolidator.store.offsets import (
     Partition,
     advance_marks,
     create_missing_marks,
-    lock_marks,
     lock_read_statement,
     marks_of,
     record_applied,
@@ -92,25 +91,23 @@ class BufferStore(Connection):
                 attempt += 1
 
     def _ingest_once(self, events: Sequence[Event], now_ms: int, settled: Sequence[SourcePosition]) -> IngestCounts:
-        with self.transaction() as cur:
-            marks = lock_marks(cur, {(e.position.topic, e.position.partition) for e in events}
-                               | {(p.topic, p.partition) for p in settled})
-            high = {partition: mark.high_water for partition, mark in marks.items()}
-            fresh = _fresh(events, high)
-            for topic, partition, offset in settled:
-                high[topic, partition] = max(high[topic, partition], offset)
-            affected = sum(cur.execute(statement) for statement in _upsert_statements(cur, fresh, now_ms))
-            advance_marks(cur, {p: o for p, o in high.items() if o > marks[p].high_water})
-        return IngestCounts(stored=len(fresh), coalesced=affected - len(fresh), replayed=len(events) - len(fresh))
+        partitions = {(e.position.topic, e.position.partition) for e in events} | {(p.topic, p.partition) for p in settled}
+        return self._store_chunks(partitions, [events], now_ms, settled)
 
     def ingest_pipelined(self, partitions: Iterable[Partition], chunks: Iterable[Sequence[Event]],
                          now_ms: int) -> IngestCounts:
         """What :meth:`ingest` does for the events of ``chunks`` (every one of a partition in
-        ``partitions``; no settled positions), in one transaction, with the client's work
-        overlapping the server's: ``chunks`` is iterated (the caller decodes there) and each
-        chunk's statement is built while the server runs the previous one. All or nothing: any
-        error, a statement's or one ``chunks`` raises, rolls everything back and propagates;
-        no retry after a conflict (the caller falls back to :meth:`ingest`)."""
+        ``partitions``; no settled positions), with ``chunks`` iterated while the server stores
+        the previous chunk (the caller decodes there). All or nothing: any error, a statement's
+        or one ``chunks`` raises, rolls everything back and propagates; no retry after a
+        conflict (the caller falls back to :meth:`ingest`)."""
+        return self._store_chunks(partitions, chunks, now_ms)
+
+    def _store_chunks(self, partitions: Iterable[Partition], chunks: Iterable[Sequence[Event]], now_ms: int,
+                      settled: Sequence[SourcePosition] = ()) -> IngestCounts:
+        """One transaction: lock the marks of ``partitions``, upsert the fresh events of each
+        chunk, then raise the marks past them and past ``settled``. One statement is in flight
+        while the client reads the next chunk and builds the next statement."""
         keys = sorted(set(partitions))
         stored = seen = affected = 0
         with self.transaction() as cur, Pipeline(cur) as pipe:
@@ -129,6 +126,8 @@ class BufferStore(Connection):
                     pipe.send(statement)
                 chunk = next(chunks, None)  # decoded while the server runs the last statement
             affected += pipe.wait()
+            for topic, partition, offset in settled:  # after the events: they are not replays of these
+                high[topic, partition] = max(high[topic, partition], offset)
             advance_marks(cur, {p: o for p, o in high.items() if o > marks[p].high_water})
         return IngestCounts(stored=stored, coalesced=affected - stored, replayed=seen - stored)
 

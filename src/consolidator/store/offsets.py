@@ -48,16 +48,6 @@ def _keys(quote, partitions: Iterable[Partition]) -> str:
     return ", ".join(f"({quote(topic)},{partition:d})" for topic, partition in sorted(set(partitions)))
 
 
-def lock_marks(cur, partitions: Iterable[Partition]) -> dict[Partition, Mark]:
-    """Lock the mark rows of ``partitions`` until the transaction ends (creating missing ones)
-    and return their marks."""
-    rows = sorted(set(partitions))
-    if not rows:
-        return {}
-    cur.execute(lock_read_statement(cur, rows))
-    return create_missing_marks(cur, rows, marks_of(tuple(r.values()) for r in cur.fetchall()))
-
-
 _MARK_COLUMNS = "SELECT src_topic, src_partition, high_water FROM partition_offsets"
 
 
