@@ -149,9 +149,13 @@ class TcpProxy:
         except OSError:
             pass
         finally:
+            # shut down before closing: the other direction's thread may be blocked in recv on
+            # one of these sockets, and close alone neither wakes it nor sends the FIN, which
+            # would leave the server a connection (and its transaction's locks) forever
             for s in (source, destination):
                 with contextlib.suppress(OSError):
-                    s.close()
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
 
 
 @contextlib.contextmanager
