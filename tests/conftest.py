@@ -14,6 +14,8 @@ from support import LOCK_KEY, MYSQL_HOST, MYSQL_PASSWORD, MYSQL_PORT, MYSQL_USER
 from consolidator.rules.clock import ManualClock
 from consolidator.store.mysql import ConnectionParams, MySQLStore
 
+pytest_plugins = ["hard_bound"]
+
 os.environ.setdefault("CONSOLIDATOR_LOCK_KEY", LOCK_KEY)  # inherited by every handler, CLI and worker the tests run
 
 
