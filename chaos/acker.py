@@ -11,6 +11,8 @@ from typing import Any, Protocol
 
 from chaos.process import Worker
 
+LEASE_S = 1.0  # the completion lease the run sets: a completion whose publisher died is re-published after it
+
 
 class Run(Protocol):
     """What the acker uses of its chaos run (chaos.scenarios.Run)."""
@@ -96,10 +98,14 @@ class Acker:
         while self.queue and time.monotonic() < deadline:
             self.step()
         while time.monotonic() < deadline:
-            if not self.run.query("SELECT COUNT(*) AS n FROM completion_trackers"
-                                  " WHERE acked_count = member_count AND outbox <> 'PUBLISHED'")[0]["n"]:
+            due = self.run.query("SELECT COUNT(*) AS n, MAX(outbox_attempt_ms) AS last FROM completion_trackers"
+                                 " WHERE acked_count = member_count AND outbox <> 'PUBLISHED'")[0]
+            if not due["n"]:
                 break
-            time.sleep(1.1)  # past the lease of a completion whose publisher died
+            # the sweep re-publishes a completion once its last attempt is a lease old: wait until
+            # every one left is (their publishers died), not a fixed time
+            last = time.time() if due["last"] is None else due["last"] / 1000
+            time.sleep(max(0.0, last + LEASE_S + 0.05 - time.time()))
             self.worker.invoke({"source": "aws.events", "detail-type": "Scheduled Event"}, timeout_s=30)
         else:
             self.run.errors.append("completions were not all published within the recovery time")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pymysql
 
-from chaos.acker import Acker
+from chaos.acker import LEASE_S, Acker
 from chaos.checks import Snapshot, run_checks
 from chaos.esm import EventSourceEmulator
 from chaos.process import Worker
@@ -121,7 +121,7 @@ class Run:
             "CHAOS_CRASH_AFTER_PUBLISH": str(self.s.crash_after_publish_p),
             "CONSOLIDATOR_COMPLETION_TRACKING": "true" if self.s.completion else "false",
             "CONSOLIDATOR_COMPLETION_SINK_URL": f"file://{self.dir / 'completions.jsonl'}",
-            "CONSOLIDATOR_COMPLETION_LEASE_SECONDS": "1",
+            "CONSOLIDATOR_COMPLETION_LEASE_SECONDS": str(LEASE_S),
             "POWERTOOLS_TRACE_DISABLED": "1", "POWERTOOLS_LOG_LEVEL": "WARNING", "AWS_DEFAULT_REGION": "us-east-1",
             "PYTHONPATH": os.pathsep.join(p for p in (str(self.repo), env.get("PYTHONPATH", "")) if p),
         })
