@@ -6,7 +6,7 @@ A third of the topic is produced before the workers start, the rest while the fa
 the run counts as acknowledged is what Kafka holds as committed: every record below an offset the
 group committed must be durable. Three readings of the committed offsets feed that check:
 
-- sampled during the run (about once a second) and checked against the database at once, so a
+- sampled during the run (about twice a second) and checked against the database at once, so a
   commit that ran ahead of its write is caught while the write is still missing;
 - every commit a worker logged (``offsets committed``);
 - the group's committed offsets at the end, which must have reached every partition's end.
@@ -28,14 +28,17 @@ from confluent_kafka import KafkaException
 
 from chaos.checks import Snapshot, not_durable, run_checks
 from chaos.kafka import MockKafka
-from chaos.scenarios import Run, RunResult, Scenario
+from chaos.scenarios import OBSERVATIONS, Run, RunResult, Scenario
 from chaos.workload import TOPIC, make_workload
 
 PARTITIONS = 4
 SESSION_TIMEOUT_MS = 3000  # the broker's KIP-848 session timeout: a SIGKILLed worker's partitions move after it
-STREAM_S = 6.0  # the last two thirds of the topic are produced over this long, while the faults run
-AFTER_STREAM_S = 2.0  # faults go on this long after the last record was produced
-SAMPLE_EVERY_S = 1.0
+STREAM_S = 3.0  # the last two thirds of the topic are produced over this long, while the faults run
+# Faults go on after the last record was produced for at least AFTER_STREAM_S, and until the
+# scenario injected MIN_FAULTS of its faults (whatever the draws of its intervals and the fleet's boot)
+AFTER_STREAM_S = 1.0
+MIN_FAULTS = 3
+SAMPLE_EVERY_S = 0.5
 FLEET_ENV = {
     "CONSOLIDATOR_KAFKA_GROUP_PROTOCOL": "consumer",  # KIP-848: rebalances in milliseconds on the mock cluster
     "CONSOLIDATOR_WORKER_COMMIT_INTERVAL_SECONDS": "0.5",
@@ -235,7 +238,7 @@ class FleetRun(Run):
             injectors = self.injectors()
             self.stream(ordered[head:])
             streamed = time.monotonic() - started
-            time.sleep(AFTER_STREAM_S)
+            self.faults_after_stream()
             self.stop.set()
             for thread in injectors:
                 thread.join(timeout=60)
@@ -251,11 +254,7 @@ class FleetRun(Run):
             self.halt.set()
             for thread in threads:
                 thread.join(timeout=30)
-            for member in self.members:
-                if member.wanted:
-                    code = member.terminate(timeout_s=30)
-                    if code != 0:
-                        self.errors.append(f"worker {member.index} exited {code} after SIGTERM (expected 0)")
+            self.terminate_all()
             committed = self.kafka.committed(self.group, TOPIC, PARTITIONS)
         finally:
             self.halt.set()
@@ -282,6 +281,32 @@ class FleetRun(Run):
         if self.errors:
             violations["harness"] = self.errors
         return violations
+
+    def faults_after_stream(self, at_most_s: float = 60.0) -> None:
+        """Faults go on for ``AFTER_STREAM_S``, then until ``MIN_FAULTS`` were injected."""
+        time.sleep(AFTER_STREAM_S)
+        deadline = time.monotonic() + at_most_s
+        while self.injected() < MIN_FAULTS and time.monotonic() < deadline and not self.errors:
+            time.sleep(0.1)
+        if self.injected() < MIN_FAULTS:
+            self.errors.append(f"{self.injected()} faults injected in {at_most_s}s after the stream"
+                               f" (at least {MIN_FAULTS} wanted)")
+
+    def injected(self) -> int:
+        return sum(n for fault, n in self.faults.items() if fault not in OBSERVATIONS)
+
+    def terminate_all(self) -> None:
+        """SIGTERM every wanted worker at once (each must exit 0), as a rollout's scale-down does."""
+        def terminate(member: Member) -> None:
+            code = member.terminate(timeout_s=30)
+            if code != 0:
+                self.errors.append(f"worker {member.index} exited {code} after SIGTERM (expected 0)")
+
+        threads = [threading.Thread(target=terminate, args=(m,), daemon=True) for m in self.members if m.wanted]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=70)
 
     def injectors(self) -> list[threading.Thread]:
         s = self.s

@@ -48,7 +48,7 @@ class Scenario:
     redis_kill_every: tuple[float, float] | None = None
     lockless_flushers: int = 1  # >1: that many flushers at once, none sharing a lock
     pause_past_ttl_every: tuple[float, float] | None = None
-    sink_outage_s: float = 0.0  # sink down this long (past max_attempts), then redrive
+    sink_outage_s: float = 0.0  # sink down at least this long, and until a batch went DEAD; then redrive
     rate_limit: tuple[int, float] | None = None  # every group: at most N batches per P seconds
     completion: bool = False  # completion tracking on; an acker (killed at random) acks every member
     acker_kill_p: float = 0.0
@@ -63,7 +63,7 @@ SCENARIOS = {s.name: s for s in (
     Scenario("db-kill", db_kill_every=(0.8, 2.0)),
     Scenario("lockless-flushers", lockless_flushers=3, pause_past_ttl_every=(0.4, 1.2)),
     Scenario("redis-kill", redis_kill_every=(0.4, 1.2)),
-    Scenario("sink-outage", sink_outage_s=3.0),
+    Scenario("sink-outage", sink_outage_s=1.0),
     Scenario("rate-limit", rate_limit=(2, 1.0), lockless_flushers=2, flush_kill_every=(0.5, 1.5)),
     Scenario("completion-acks", completion=True, acker_kill_p=0.2, flush_kill_every=(0.8, 2.0),
              crash_after_publish_p=0.1),
