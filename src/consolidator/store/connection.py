@@ -14,6 +14,7 @@ import contextlib
 import ipaddress
 import logging
 import ssl
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -47,6 +48,11 @@ SSL_NOT_OFFERED = 2026  # CR_SSL_CONNECTION_ERROR: TLS required, the server does
 RDS_CA_BUNDLE = Path(__file__).with_name("certs") / "rds-ca-bundle.pem"
 URL_OPTIONS = ("ssl", "ssl_ca")  # the query options of a mysql:// URL; any other is refused
 SSL_ON, SSL_OFF = ("true", "1", "required"), ("false", "0")
+# The server ends a session silent this long (its wait_timeout; the server's default: 8 hours),
+# so a client that vanished inside a transaction (host gone, network cut) frees its row locks,
+# its partitions' high-water marks among them. Far above any pause inside a transaction.
+SESSION_IDLE_S = 300
+RENEW_AFTER = 0.8  # a connection idle for this share of the bound is renewed before a transaction
 
 
 def plaintext_refusal(params: ConnectionParams) -> str | None:
@@ -226,13 +232,18 @@ class Connection:
     """One connection, used by one thread at a time. Reconnects after the server went away."""
 
     def __init__(self, params: ConnectionParams, *, connect_timeout: int = 5, local_infile: bool = False,
-                 credentials: Callable[[], ConnectionParams] | None = None, required_schema: int | None = None):
+                 credentials: Callable[[], ConnectionParams] | None = None, required_schema: int | None = None,
+                 session_idle_s: int = SESSION_IDLE_S):
         """``credentials`` re-reads the connection parameters (the database secret) when the
         server rejects the current ones: see :meth:`_open`. ``required_schema``: each new
         connection first checks that the database's schema is at least that version and raises
         :class:`SchemaOutdated` otherwise (:meth:`_check_schema`); None (migrations, tests)
-        checks nothing."""
+        checks nothing. ``session_idle_s``: the server ends the session after this long without a
+        statement (:data:`SESSION_IDLE_S`); a transaction begun after ``RENEW_AFTER`` of it
+        without one first opens a new connection, so the bound never fails a statement."""
         self.params = params
+        self.session_idle_s = session_idle_s
+        self._last_used = 0.0  # wall clock: it also runs while a Lambda environment is frozen
         self.required_schema = required_schema
         self._connect_timeout = connect_timeout
         self._local_infile = local_infile
@@ -269,7 +280,7 @@ class Connection:
 
     def _connect(self) -> pymysql.connections.Connection:
         p = self.params
-        return pymysql.connect(
+        connection = pymysql.connect(
             host=p.host,
             port=p.port,
             user=p.user,
@@ -285,6 +296,13 @@ class Connection:
             init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
             cursorclass=pymysql.cursors.DictCursor,
         )
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SET SESSION wait_timeout = %s", (self.session_idle_s,))
+        except BaseException:
+            connection.close()
+            raise
+        return connection
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -323,6 +341,8 @@ class Connection:
     def transaction(self) -> Iterator[pymysql.cursors.DictCursor]:
         """A cursor inside one transaction: committed on success, rolled back on any error."""
         with self._errors():
+            if time.time() - self._last_used > self.session_idle_s * RENEW_AFTER:
+                self.close()  # the server may have ended the session; a new one, not a failed write
             if self._connection is None or not self._connection.open:
                 self._connection = self._open()
                 self._check_schema()
@@ -338,6 +358,8 @@ class Connection:
                     except pymysql.err.MySQLError:
                         connection.close()  # the original error below is what matters
                 raise
+            finally:
+                self._last_used = time.time()
 
     def _check_schema(self) -> None:
         """Refuse a database whose schema is older than ``required_schema``, in one line that says
