@@ -93,16 +93,18 @@ class Worker:
             process.wait(timeout=30)
             self.kills += 1
 
-    def pause(self, seconds: float) -> None:
-        """SIGSTOP for ``seconds`` (past its lock's TTL), then SIGCONT: a frozen container waking up."""
+    def pause(self, seconds: float) -> bool:
+        """SIGSTOP for ``seconds`` (past its lock's TTL), then SIGCONT: a frozen container waking up.
+        False when there was no process to pause."""
         process = self.process
         if process is None or process.poll() is not None:
-            return
+            return False
         os.kill(process.pid, signal.SIGSTOP)
         self.pauses += 1
         time.sleep(seconds)
         if process.poll() is None:
             os.kill(process.pid, signal.SIGCONT)
+        return True
 
     def close(self) -> None:
         if self.alive():

@@ -148,17 +148,32 @@ class Run:
             self.errors.append(f"flusher: {exc}")
 
     def every(self, interval: tuple[float, float], action) -> threading.Thread:
+        """Run ``action`` at intervals until the run stops; an action returns False when it found
+        nothing to hit (no flusher ready yet), and the injector's thread is marked once one hit."""
         def loop() -> None:
-            while not self.stop.wait(self.rng.uniform(*interval)):
+            wait = self.rng.uniform(interval[0] / 4, interval[0])  # the first fault early: during the workload
+            while not self.stop.wait(wait):
+                wait = self.rng.uniform(*interval)
                 try:
-                    action()
+                    if action() is not False:
+                        thread.injected = True
                 except Exception as exc:  # noqa: BLE001 - a fault injector must never kill the run silently
                     self.errors.append(f"fault injector {action.__name__}: {type(exc).__name__}: {exc}")
                     return
 
         thread = threading.Thread(target=loop, daemon=True)
+        thread.injected = False
         thread.start()
         return thread
+
+    def until_injected(self, injectors: list[threading.Thread], at_most_s: float = 60.0) -> None:
+        """Keep the run going (flushers, faults) until every injector hit at least once: a run
+        shorter than an injector's first interval would otherwise test none of its faults."""
+        deadline = time.monotonic() + at_most_s
+        while not all(t.injected for t in injectors) and time.monotonic() < deadline and not self.errors:
+            time.sleep(0.05)
+        if not all(t.injected for t in injectors):
+            self.errors.append(f"an injector found nothing to hit within {at_most_s}s after the workload")
 
     def kill_database(self) -> None:
         self.mariadb.kill()
@@ -202,16 +217,19 @@ class Run:
             t.start()
         injectors = []
         if self.s.flush_kill_every:
-            def kill_flusher() -> None:
+            def kill_flusher() -> bool:
                 ready = [w for w in flushers if w.ready and w.alive()]  # not one still booting
                 if ready:
                     self.rng.choice(ready).kill()
                     self.count("flusher SIGKILL")
+                return bool(ready)
             injectors.append(self.every(self.s.flush_kill_every, kill_flusher))
         if self.s.pause_past_ttl_every:
-            def pause_flusher() -> None:
-                self.rng.choice(flushers).pause(LOCK_TTL_S + self.rng.uniform(0.2, 1.0))
-                self.count("flusher SIGSTOP past lock TTL")
+            def pause_flusher() -> bool:
+                paused = self.rng.choice(flushers).pause(LOCK_TTL_S + self.rng.uniform(0.2, 1.0))
+                if paused:
+                    self.count("flusher SIGSTOP past lock TTL")
+                return paused
             injectors.append(self.every(self.s.pause_past_ttl_every, pause_flusher))
         if self.s.db_kill_every:
             injectors.append(self.every(self.s.db_kill_every, self.kill_database))
@@ -245,6 +263,7 @@ class Run:
             esm.step()
         if outage is not None:
             outage.join()
+        self.until_injected(injectors)
         self.stop.set()
         for thread in injectors:
             thread.join(timeout=30)
