@@ -221,10 +221,17 @@ def _first_published(s: Snapshot) -> dict:
 
 
 def _drop_batch(s: Snapshot) -> None:
-    """Every copy of one published batch that the dead letter does not hold either disappears."""
-    dead = {e["batch"]["batch_id"] for e in _parsed(s.dead_letter_raw) if e.get("kind") == "dead_batch"}
-    victim = next(m["batch_id"] for m in _parsed(s.output_raw) if m["batch_id"] not in dead)
+    """Every copy of one published batch disappears: one the dead letter does not hold, or (when
+    every batch went DEAD before it was redriven) one and its dead-letter entry."""
+    def batch_id(entry: dict) -> str | None:
+        return entry["batch"]["batch_id"] if entry.get("kind") == "dead_batch" else None
+
+    dead = {batch_id(e) for e in _parsed(s.dead_letter_raw)}
+    published = [m["batch_id"] for m in _parsed(s.output_raw)]
+    victim = next((b for b in published if b not in dead), published[0])
     s.output_raw = b"".join(line + b"\n" for line in _lines(s.output_raw) if json.loads(line)["batch_id"] != victim)
+    s.dead_letter_raw = b"".join(line + b"\n" for line in _lines(s.dead_letter_raw)
+                                 if batch_id(json.loads(line)) != victim)
 
 
 def _steal_member(s: Snapshot) -> None:

@@ -50,6 +50,16 @@ def test_each_checker_flags_its_corruption(name):
     assert violations[name], f"{name} did not flag its corruption"
 
 
+def test_the_lost_checker_bites_when_every_published_batch_went_dead_first():
+    """A sink outage: every batch went DEAD (the dead letter holds it) and was redriven."""
+    clean = clean_snapshot()
+    message = json.loads(clean.output_raw.split(b"\n")[0])
+    entry = {"kind": "dead_batch", "reason": "max_attempts", "detail": "sink down", "attempts": 5, "batch": message}
+    clean.dead_letter_raw += json.dumps(entry).encode() + b"\n"
+    assert run_checks(clean)["lost"] == []
+    assert run_checks(corrupt(clean, "lost"))["lost"]
+
+
 def test_self_test_reports_every_checker_as_biting():
     assert self_test(clean_snapshot()) == dict.fromkeys(CORRUPTIONS, True)
     assert set(CORRUPTIONS) == set(CHECKERS), "every checker has a corruption that proves it"
