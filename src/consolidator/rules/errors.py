@@ -24,6 +24,11 @@ class StoreConflict(StoreError):
     same transaction again may well succeed."""
 
 
+class StoreLockWait(StoreConflict):
+    """The server gave up waiting for a lock another transaction holds (its lock wait timeout)
+    and rolled back: running the same transaction again at once would wait as long."""
+
+
 class BatchRowsGone(StoreError):
     """A DEAD batch cannot be revived: rows of it were dropped with their partition (the cleanup
     drops rows of DEAD batches). Its dead-letter entry still holds the whole batch."""

@@ -35,7 +35,7 @@ from itertools import chain, islice, repeat
 
 from consolidator.rules.clock import Clock
 from consolidator.rules.deadletter import poison_entry, rejected_entry
-from consolidator.rules.errors import DeliveryError, StoreError, StoreUnavailable
+from consolidator.rules.errors import DeliveryError, StoreConflict, StoreError, StoreUnavailable
 from consolidator.rules.events import (
     READ,
     Event,
@@ -331,7 +331,9 @@ class IngestService:
         """One transaction for the whole invocation; if it fails on a statement error, halve
         until the failing record is isolated, which cuts its partition there. Earlier halves go
         first, so what is stored of a partition is always a prefix. An unreachable database
-        cuts every partition at its first record not stored yet."""
+        cuts every partition at its first record not stored yet. A lock wait or deadlock is no
+        record's fault (halving would wait again for each half): the partitions are stored one
+        by one, and one that conflicts alone is cut at its first record."""
         chunks = [items] if items else []
         while chunks:
             chunk = chunks.pop()
@@ -349,6 +351,19 @@ class IngestService:
                 for item in (i for c in [chunk, *chunks] for i in c):
                     cut.at(_position(item))
                 return
+            except StoreConflict as error:
+                partitions: dict[tuple[str, int], list] = {}
+                for item in chunk:
+                    position = _position(item)
+                    partitions.setdefault((position.topic, position.partition), []).append(item)
+                if len(partitions) > 1:
+                    chunks += partitions.values()
+                else:
+                    log.error("database conflict on a partition (a lock wait or a deadlock); its records"
+                              " not stored yet will be retried",
+                              extra={"source": _position(chunk[0]).as_dict(), "error": str(error)})
+                    cut.at(_position(chunk[0]))
+                continue
             except StoreError as error:
                 if len(chunk) == 1:
                     log.error("record could not be stored; it and the later records of its partition"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from consolidator.rules.errors import StoreConflict
+from consolidator.rules.errors import StoreConflict, StoreLockWait
 from consolidator.rules.events import Event, SourcePosition, bucket_of
 from consolidator.rules.policy import GroupStats
 from consolidator.store.connection import (
@@ -84,9 +84,9 @@ class BufferStore(Connection):
         while True:
             try:
                 return self._ingest_once(events, now_ms, settled)
-            except StoreConflict:  # a deadlock with a concurrent claim: nothing was written
-                if attempt == CONFLICT_ATTEMPTS:
-                    raise
+            except StoreConflict as conflict:  # a deadlock with a concurrent claim: nothing was written
+                if attempt == CONFLICT_ATTEMPTS or isinstance(conflict, StoreLockWait):
+                    raise  # a lock wait already waited the server's whole timeout
                 time.sleep(random.uniform(0, CONFLICT_BACKOFF_S * attempt))  # jittered: the claim it met moves on
                 attempt += 1
 

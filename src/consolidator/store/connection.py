@@ -30,6 +30,7 @@ from consolidator.rules.errors import (
     SchemaOutdated,
     StoreConflict,
     StoreError,
+    StoreLockWait,
     StoreRefused,
     StoreUnavailable,
 )
@@ -42,15 +43,14 @@ log = logging.getLogger(__name__)
 _UNAVAILABLE_CODES = {1040, 1049, 1053, 2002, 2003, 2005, 2006, 2013, 2055}
 ACCESS_DENIED = 1045  # wrong user or password: not an outage (see Connection._open)
 SOCKET_ONLY_USER = 1698  # ER_ACCESS_DENIED_NO_PASSWORD: the user may log in only by the server's unix socket
-_CONFLICT_CODES = {1205, 1213}  # lock wait timeout, deadlock: the transaction was rolled back
+LOCK_WAIT_TIMEOUT, DEADLOCK = 1205, 1213  # the transaction was rolled back
 NO_SUCH_TABLE = 1146  # ER_NO_SUCH_TABLE: schema_migrations is missing in a database never migrated
 SSL_NOT_OFFERED = 2026  # CR_SSL_CONNECTION_ERROR: TLS required, the server does not offer it
 RDS_CA_BUNDLE = Path(__file__).with_name("certs") / "rds-ca-bundle.pem"
 URL_OPTIONS = ("ssl", "ssl_ca")  # the query options of a mysql:// URL; any other is refused
 SSL_ON, SSL_OFF = ("true", "1", "required"), ("false", "0")
-# The server ends a session silent this long (its wait_timeout; the server's default: 8 hours),
-# so a client that vanished inside a transaction (host gone, network cut) frees its row locks,
-# its partitions' high-water marks among them. Far above any pause inside a transaction.
+# The server ends a session silent this long (its wait_timeout; default 8 hours): a client gone
+# inside a transaction (host gone, network cut) frees its locks. Far above a pause in one.
 SESSION_IDLE_S = 300
 RENEW_AFTER = 0.8  # a connection idle for this share of the bound is renewed before a transaction
 
@@ -330,8 +330,9 @@ class Connection:
             if isinstance(exc, pymysql.err.InterfaceError) or code in _UNAVAILABLE_CODES:
                 self.close()
                 raise StoreUnavailable(f"database unavailable: {exc}") from exc
-            if code in _CONFLICT_CODES:
-                raise StoreConflict(f"database conflict, rolled back: {exc}") from exc
+            if code in (LOCK_WAIT_TIMEOUT, DEADLOCK):
+                conflict = StoreLockWait if code == LOCK_WAIT_TIMEOUT else StoreConflict
+                raise conflict(f"database conflict, rolled back: {exc}") from exc
             raise StoreError(f"database error: {exc}") from exc
         except OSError as exc:
             self.close()
