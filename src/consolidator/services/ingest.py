@@ -72,6 +72,15 @@ def _position(item: Event | SourcePosition) -> SourcePosition:
     return item.position if isinstance(item, Event) else item
 
 
+def _by_partition(items: list[Event | SourcePosition]) -> list[list[Event | SourcePosition]]:
+    """``items`` split by partition, each in its order."""
+    partitions: dict[tuple[str, int], list] = {}
+    for item in items:
+        position = _position(item)
+        partitions.setdefault((position.topic, position.partition), []).append(item)
+    return list(partitions.values())
+
+
 class PartitionCut:
     """Where each partition of one invocation stops being durable: its lowest offset that was not
     stored or dead-lettered. That record and every later one of its partition are reported failed
@@ -186,9 +195,13 @@ class IngestService:
         decode reads its record's)."""
         traces = repeat(READ) if contexts is None else contexts
         decoded: list[Event | PoisonEvent | RegistryUnavailable] = []  # the first records' outcomes
-        if not rejected and records and self.pipeline_rows and self._store_pipelined(
-                records, traces, decoded, outcome, cut):
-            return
+        conflicted = False  # the pipelined transaction met a lock wait or deadlock
+        if not rejected and records and self.pipeline_rows:
+            try:
+                if self._store_pipelined(records, traces, decoded, outcome, cut):
+                    return
+            except StoreConflict:
+                conflicted = True
         now = self.clock.now_ms()
         unidentified = [r for r in rejected if r.position is None]
         if unidentified:
@@ -224,7 +237,7 @@ class IngestService:
             for position in positions:
                 cut.at(position)
         else:
-            self._store([*events, *settled], outcome, cut)
+            self._store([*events, *settled], outcome, cut, by_partition=conflicted)
 
     def _store_pipelined(self, records: Sequence[KafkaRecord], traces: Iterable, decoded: list,
                          outcome: IngestOutcome, cut: PartitionCut) -> bool:
@@ -233,7 +246,8 @@ class IngestService:
         outcome is appended to ``decoded``. Returns False, with nothing written, at the first
         poison record, registry failure or statement error: the exact path then takes the
         invocation from the start (dead letter, isolating a failing record), so the outcome is
-        the exact path's."""
+        the exact path's. Raises :class:`StoreConflict`, with nothing written, after a lock wait
+        or deadlock."""
         size = self.pipeline_rows
 
         def chunks() -> Iterator[list[Event]]:
@@ -253,6 +267,8 @@ class IngestService:
         try:
             counts = self.store.ingest_pipelined({(r.topic, r.partition) for r in records}, chunks(),
                                                  self.clock.now_ms())
+        except StoreConflict:
+            raise
         except (_Undecodable, StoreError):
             return False
         except StoreUnavailable as error:
@@ -327,14 +343,16 @@ class IngestService:
                 settled.append(position)
         return settled
 
-    def _store(self, items: list[Event | SourcePosition], outcome: IngestOutcome, cut: PartitionCut) -> None:
+    def _store(self, items: list[Event | SourcePosition], outcome: IngestOutcome, cut: PartitionCut, *,
+               by_partition: bool = False) -> None:
         """One transaction for the whole invocation; if it fails on a statement error, halve
         until the failing record is isolated, which cuts its partition there. Earlier halves go
         first, so what is stored of a partition is always a prefix. An unreachable database
         cuts every partition at its first record not stored yet. A lock wait or deadlock is no
         record's fault (halving would wait again for each half): the partitions are stored one
-        by one, and one that conflicts alone is cut at its first record."""
-        chunks = [items] if items else []
+        by one (from the start with ``by_partition``: the pipelined transaction met one), and
+        one that conflicts alone is cut at its first record."""
+        chunks = (_by_partition(items) if by_partition else [items]) if items else []
         while chunks:
             chunk = chunks.pop()
             if cut:
@@ -352,12 +370,9 @@ class IngestService:
                     cut.at(_position(item))
                 return
             except StoreConflict as error:
-                partitions: dict[tuple[str, int], list] = {}
-                for item in chunk:
-                    position = _position(item)
-                    partitions.setdefault((position.topic, position.partition), []).append(item)
+                partitions = _by_partition(chunk)
                 if len(partitions) > 1:
-                    chunks += partitions.values()
+                    chunks += partitions
                 else:
                     log.error("database conflict on a partition (a lock wait or a deadlock); its records"
                               " not stored yet will be retried",
