@@ -166,14 +166,15 @@ class Run:
         thread.start()
         return thread
 
-    def until_injected(self, injectors: list[threading.Thread], at_most_s: float = 60.0) -> None:
-        """Keep the run going (flushers, faults) until every injector hit at least once: a run
-        shorter than an injector's first interval would otherwise test none of its faults."""
+    def keep_going_until(self, done, at_most_s: float, failure: str) -> None:
+        """Let the run go on (its flushers, its faults) until ``done()`` or a harness error;
+        ``failure`` becomes one when ``at_most_s`` passed without it."""
         deadline = time.monotonic() + at_most_s
-        while not all(t.injected for t in injectors) and time.monotonic() < deadline and not self.errors:
+        while not done() and not self.errors:
+            if time.monotonic() > deadline:
+                self.errors.append(failure)
+                return
             time.sleep(0.05)
-        if not all(t.injected for t in injectors):
-            self.errors.append(f"an injector found nothing to hit within {at_most_s}s after the workload")
 
     def kill_database(self) -> None:
         self.mariadb.kill()
@@ -263,7 +264,9 @@ class Run:
             esm.step()
         if outage is not None:
             outage.join()
-        self.until_injected(injectors)
+        # a run shorter than an injector's first interval would otherwise test none of its faults
+        self.keep_going_until(lambda: all(t.injected for t in injectors), 60,
+                              "an injector found nothing to hit within 60 s after the workload")
         self.stop.set()
         for thread in injectors:
             thread.join(timeout=30)
